@@ -1,0 +1,33 @@
+// `superoffload version`: versions of the project and its libraries, and where every rank
+// runs (host, cores, NUMA node, GPU).
+#include <iostream>
+
+#include "app/commands.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::app {
+
+void add_version_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run) {
+  auto* command = app.add_subcommand("version", "Print versions and the rank binding table");
+  auto bind = std::make_shared<std::string>("auto");
+  command->add_option("--bind", *bind, "Binding to apply and show: auto or none")
+      ->check(CLI::IsMember({"auto", "none"}));
+  command->callback([&run, bind] {
+    run = [bind](const runtime::MpiWorld& world) {
+      const auto report = bind_and_report(world, *bind);
+      if (world.rank() != 0) return 0;
+      for (const auto& [component, version] : runtime::software_versions()) {
+        std::cout << component << (component.size() < 12 ? std::string(12 - component.size(), ' ') : " ") << version
+                  << "\n";
+      }
+      std::cout << "\n" << world.size() << " rank(s) on " << world.node_count() << " node(s)\n";
+      for (const auto& line : report.table) std::cout << line << "\n";
+      for (const auto& warning : report.warnings) std::cout << "warning: " << warning << "\n";
+      std::cout.flush();
+      return 0;
+    };
+  });
+}
+
+}  // namespace superoffload::app

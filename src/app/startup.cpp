@@ -1,0 +1,38 @@
+// Subcommand bring-up.
+#include "app/startup.hpp"
+
+#include "runtime/job_exit.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::app {
+
+config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const ConfigOptions& options,
+                                         const GlobalOptions& globals, int world_size) {
+  config::ConfigSources sources;
+  if (!options.config_file.empty()) sources.toml_file = options.config_file;
+  if (!options.deepspeed_config.empty()) sources.deepspeed_json = options.deepspeed_config;
+  sources.overrides = options.overrides;
+
+  config::LoadedConfig loaded;
+  std::exception_ptr error;
+  try {
+    loaded = config::load_config(sources, world_size);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  runtime::exit_if_any_rank_failed(world, error, 2);
+
+  const auto& logging = loaded.config.logging;
+  if (globals.log_level.empty()) log::set_level(*log::parse_level(logging.level));
+  log::set_rank(world.rank(), logging.console == "all" ? log::Console::all : log::Console::rank0);
+  for (const auto& warning : loaded.warnings) SO_LOG(warning) << warning;
+  return loaded;
+}
+
+runtime::BindingReport bind_and_report(const runtime::MpiWorld& world, const std::string& bind_mode) {
+  const auto mode = bind_mode == "none" ? runtime::BindMode::none : runtime::BindMode::automatic;
+  const auto binding = runtime::bind_ranks(world, mode);
+  return runtime::report_bindings(world, binding);
+}
+
+}  // namespace superoffload::app

@@ -1,0 +1,38 @@
+// Bring-up shared by the subcommands: logging, configuration (agreed on by all ranks),
+// per-rank log files, binding and its table.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/load.hpp"
+#include "runtime/binding.hpp"
+#include "runtime/logging.hpp"
+
+namespace superoffload::runtime {
+class MpiWorld;
+}
+
+namespace superoffload::app {
+
+// Options every subcommand that reads a configuration takes.
+struct ConfigOptions {
+  std::string config_file;  // may be empty when --deepspeed-config and --set give everything
+  std::string deepspeed_config;
+  std::vector<std::string> overrides;
+};
+
+struct GlobalOptions {
+  std::string log_level;  // empty: from the configuration (or "info")
+};
+
+// Loads the configuration on every rank; a problem on any rank is reported once and ends
+// the job with exit code 2 (usage error). Applies [logging] and logs DeepSpeed-import warnings.
+config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const ConfigOptions& options,
+                                         const GlobalOptions& globals, int world_size);
+
+// Binds the ranks ([runtime] bind) and returns the binding table for rank 0 to show.
+runtime::BindingReport bind_and_report(const runtime::MpiWorld& world, const std::string& bind_mode);
+
+}  // namespace superoffload::app

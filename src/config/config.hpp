@@ -1,0 +1,129 @@
+// The typed configuration: one struct per component, each field with its default. The
+// keys, documentation and constraints of every field are in schema.cpp; the TOML sections
+// mirror these structs one to one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace superoffload::config {
+
+struct ModelConfig {
+  std::string path;             // required: HuggingFace model directory
+  std::string plugin = "auto";  // "auto", a plugin name, or a path to a plugin .so
+  std::string init = "auto";    // "auto" | "pretrained" | "random"
+};
+
+struct DataConfig {
+  std::string path;  // required: dataset file
+  std::string format = "auto";  // "auto" | "hdf5" | "jsonl" | "alpaca"
+  std::int64_t seq_len = 4096;
+  std::string tokenizer;  // empty: the model directory's tokenizer
+  // Alpaca-style templates for instruction records; {instruction} and {input} are replaced.
+  std::string prompt_template =
+      "Below is an instruction that describes a task, paired with an input that provides further context. "
+      "Write a response that appropriately completes the request.\n\n"
+      "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n";
+  std::string prompt_template_no_input =
+      "Below is an instruction that describes a task. Write a response that appropriately completes the "
+      "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n";
+  bool packing = false;
+  bool shuffle = true;
+};
+
+struct TrainingConfig {
+  std::string output_dir = "runs/superoffload";
+  std::int64_t train_batch_size = 0;                // 0: derived (DeepSpeed rules)
+  std::int64_t train_micro_batch_size_per_gpu = 0;  // 0: derived
+  std::int64_t gradient_accumulation_steps = 0;     // 0: derived
+  double gradient_clipping = 1.0;
+  std::int64_t max_steps = 0;
+  std::int64_t epochs = 1;
+  std::int64_t warmup_steps = 0;
+  std::int64_t bench_steps = 0;
+  std::int64_t seed = 42;
+  bool activation_checkpointing = true;
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // "adamw" (decoupled weight decay) | "adam" (L2)
+  double lr = 1e-5;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  std::int64_t max_consecutive_skips = 10;
+};
+
+struct LrScheduleConfig {
+  std::string type = "cosine";  // "constant" | "cosine" | "linear"
+  std::int64_t warmup_num_steps = 0;
+  std::string warmup_type = "linear";  // "linear" | "log"
+  double warmup_min_lr = 0.0;
+  double min_lr = 0.0;
+};
+
+struct ZeroConfig {
+  std::int64_t stage = 3;
+  std::int64_t sub_group_size = 1'000'000'000;
+  std::int64_t reduce_bucket_size = 500'000'000;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;
+  std::int64_t stage3_param_persistence_threshold = 100'000;
+};
+
+struct OffloadConfig {
+  std::string device = "cpu";  // "cpu" | "none"
+  bool pin_memory = true;
+  double ratio = 1.0;
+  bool super_offload = true;
+  double cpuadam_cores_perc = 0.8;
+};
+
+struct PrecisionConfig {
+  bool bf16 = true;
+};
+
+struct CheckpointConfig {
+  std::int64_t every_steps = 0;
+  std::int64_t keep_last = 2;
+  bool save_on_exit = true;
+  bool auto_resume = true;
+};
+
+struct MetricsConfig {
+  bool enabled = true;
+  std::int64_t flush_every_steps = 10;
+  bool wall_clock_breakdown = false;
+};
+
+struct LoggingConfig {
+  std::string level = "info";
+  std::string console = "rank0";  // "rank0" | "all"
+  std::int64_t log_every_steps = 1;
+};
+
+struct RuntimeConfig {
+  std::string device = "auto";        // "auto" | "cpu" | "cuda"
+  std::string comm_backend = "auto";  // "auto" | "mpi" | "nccl"
+  std::string bind = "auto";          // "auto" | "none"
+  double peak_tflops = 0.0;           // 0: from the GPU model
+  double collective_timeout_s = 600.0;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  ZeroConfig zero;
+  OffloadConfig offload;
+  PrecisionConfig precision;
+  CheckpointConfig checkpoint;
+  MetricsConfig metrics;
+  LoggingConfig logging;
+  RuntimeConfig runtime;
+};
+
+}  // namespace superoffload::config

@@ -1,0 +1,243 @@
+// DeepSpeed JSON → superoffload sections. The mapping follows DeepSpeed's documented keys;
+// where DeepSpeed's meaning differs from the name (type "Adam" is AdamW unless
+// adam_w_mode is false), the meaning wins.
+#include "config/deepspeed_import.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+namespace superoffload::config {
+namespace {
+
+using json = nlohmann::json;
+
+// Byte offset → "line:column" for JSON parse errors.
+std::string line_column(const std::string& text, size_t offset) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < std::min(offset, text.size()); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(column);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+class Importer {
+ public:
+  explicit Importer(std::string file) : file_(std::move(file)) {}
+
+  // Copies a JSON scalar (or array of numbers) to [section] key.
+  void map(const json& value, const std::string& json_path, const std::string& section, const std::string& key) {
+    consumed_.insert(json_path);
+    if (value.is_string() && value.get<std::string>() == "auto") {
+      out_.warnings.push_back(file_ + ": " + json_path + " = \"auto\" is left at superoffload's value (" + section +
+                              "." + key + ")");
+      return;
+    }
+    auto* section_table = out_.table.get_as<toml::table>(section);
+    if (!section_table) {
+      out_.table.insert(section, toml::table{});
+      section_table = out_.table.get_as<toml::table>(section);
+    }
+    if (value.is_boolean()) section_table->insert_or_assign(key, value.get<bool>());
+    else if (value.is_number_integer()) section_table->insert_or_assign(key, value.get<std::int64_t>());
+    else if (value.is_number()) section_table->insert_or_assign(key, value.get<double>());
+    else if (value.is_string()) section_table->insert_or_assign(key, value.get<std::string>());
+    else if (value.is_array()) {
+      toml::array array;
+      for (const auto& element : value) {
+        if (element.is_number_integer()) array.push_back(element.get<std::int64_t>());
+        else if (element.is_number()) array.push_back(element.get<double>());
+        else if (element.is_boolean()) array.push_back(element.get<bool>());
+        else array.push_back(element.dump());
+      }
+      section_table->insert_or_assign(key, std::move(array));
+    } else {
+      section_table->insert_or_assign(key, value.dump());
+    }
+    out_.origins[section + "." + key] = file_ + ": " + json_path;
+  }
+
+  void map_if(const json& object, const std::string& prefix, const std::string& name, const std::string& section,
+              const std::string& key) {
+    if (object.is_object() && object.contains(name)) map(object.at(name), prefix + name, section, key);
+  }
+
+  void problem(const std::string& json_path, const std::string& text) {
+    consumed_.insert(json_path);
+    out_.problems.push_back(file_ + ": " + json_path + ": " + text);
+  }
+  void consume(const std::string& json_path) { consumed_.insert(json_path); }
+
+  // Every leaf key not consumed becomes a warning, so nothing is dropped silently.
+  void warn_unconsumed(const json& value, const std::string& path) {
+    if (consumed_.count(path)) return;
+    if (value.is_object() && !value.empty()) {
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        warn_unconsumed(it.value(), path.empty() ? it.key() : path + "." + it.key());
+      }
+      return;
+    }
+    out_.warnings.push_back(file_ + ": ignored DeepSpeed key " + path + " = " + value.dump() +
+                            " (no equivalent in superoffload)");
+  }
+
+  DeepSpeedImport take() { return std::move(out_); }
+
+ private:
+  std::string file_;
+  DeepSpeedImport out_;
+  std::set<std::string> consumed_;
+};
+
+void import_optimizer(const json& optimizer, Importer& in) {
+  in.consume("optimizer.type");
+  const json params = optimizer.value("params", json::object());
+  if (optimizer.contains("type")) {
+    const std::string type = lower(optimizer.at("type").get<std::string>());
+    if (type == "adamw") {
+      in.map(json("adamw"), "optimizer.type", "optimizer", "type");
+    } else if (type == "adam") {
+      // DeepSpeed's Adam decouples weight decay unless adam_w_mode is false.
+      const bool adam_w_mode = params.value("adam_w_mode", true);
+      in.map(json(adam_w_mode ? "adamw" : "adam"), "optimizer.type", "optimizer", "type");
+    } else {
+      in.problem("optimizer.type", "optimizer type \"" + optimizer.at("type").get<std::string>() +
+                                       "\" is not supported; superoffload's CPU optimizer is Adam/AdamW");
+    }
+  }
+  in.consume("optimizer.params.adam_w_mode");
+  in.map_if(params, "optimizer.params.", "lr", "optimizer", "lr");
+  in.map_if(params, "optimizer.params.", "betas", "optimizer", "betas");
+  in.map_if(params, "optimizer.params.", "eps", "optimizer", "eps");
+  in.map_if(params, "optimizer.params.", "weight_decay", "optimizer", "weight_decay");
+  if (params.contains("torch_adam")) in.consume("optimizer.params.torch_adam");
+}
+
+void import_scheduler(const json& scheduler, Importer& in) {
+  if (!scheduler.contains("type")) return;
+  const std::string type = scheduler.at("type").get<std::string>();
+  const json params = scheduler.value("params", json::object());
+  const std::string p = "scheduler.params.";
+  if (type == "WarmupLR") {
+    in.map(json("constant"), "scheduler.type", "lr_schedule", "type");
+  } else if (type == "WarmupDecayLR") {
+    in.map(json("linear"), "scheduler.type", "lr_schedule", "type");
+  } else if (type == "WarmupCosineLR") {
+    in.map(json("cosine"), "scheduler.type", "lr_schedule", "type");
+  } else {
+    in.problem("scheduler.type", "scheduler \"" + type +
+                                     "\" is not supported; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+    return;
+  }
+  in.map_if(params, p, "warmup_num_steps", "lr_schedule", "warmup_num_steps");
+  in.map_if(params, p, "warmup_type", "lr_schedule", "warmup_type");
+  in.map_if(params, p, "warmup_min_lr", "lr_schedule", "warmup_min_lr");
+  // WarmupLR / WarmupDecayLR climb to warmup_max_lr: that is the peak learning rate.
+  in.map_if(params, p, "warmup_max_lr", "optimizer", "lr");
+  // The decay horizon is the run's length (training.max_steps) here; a different
+  // total_num_steps is reported rather than silently used.
+  if (params.contains("last_batch_iteration")) in.consume(p + "last_batch_iteration");
+}
+
+void import_zero(const json& zero, Importer& in) {
+  const std::string p = "zero_optimization.";
+  if (zero.contains("stage")) {
+    in.map(zero.at("stage"), p + "stage", "zero", "stage");
+  }
+  for (const char* key : {"sub_group_size", "reduce_bucket_size", "stage3_prefetch_bucket_size",
+                          "stage3_max_live_parameters", "stage3_param_persistence_threshold"}) {
+    in.map_if(zero, p, key, "zero", key);
+  }
+  if (zero.contains("offload_optimizer")) {
+    const json& off = zero.at("offload_optimizer");
+    const std::string q = p + "offload_optimizer.";
+    if (off.contains("device")) {
+      const std::string device = off.at("device").get<std::string>();
+      if (device == "nvme") {
+        in.problem(q + "device", "NVMe offload is not supported; use \"cpu\" (host memory) or \"none\"");
+      } else {
+        in.map(off.at("device"), q + "device", "offload", "device");
+      }
+    }
+    for (const char* key : {"pin_memory", "ratio", "super_offload", "cpuadam_cores_perc"}) {
+      in.map_if(off, q, key, "offload", key);
+    }
+  }
+  if (zero.contains("offload_param")) {
+    const json& off = zero.at("offload_param");
+    const std::string device = off.value("device", std::string("none"));
+    if (device == "none") {
+      in.consume(p + "offload_param.device");
+    }
+    // Any other device stays unconsumed and is warned about: parameter shards live on the
+    // device here (SuperOffload offloads the optimizer only).
+  }
+}
+
+}  // namespace
+
+DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
+  const std::string name = path.string();
+  std::ifstream stream(path);
+  if (!stream) {
+    DeepSpeedImport failed;
+    failed.problems.push_back("DeepSpeed config " + name + " cannot be read (missing or not readable)");
+    return failed;
+  }
+  const std::string text((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    DeepSpeedImport failed;
+    failed.problems.push_back(name + ":" + line_column(text, e.byte > 0 ? e.byte - 1 : 0) +
+                              ": invalid JSON: " + e.what());
+    return failed;
+  }
+  if (!root.is_object()) {
+    DeepSpeedImport failed;
+    failed.problems.push_back(name + ": a DeepSpeed config must be a JSON object");
+    return failed;
+  }
+
+  Importer in(name);
+  try {
+    for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                            "gradient_clipping"}) {
+      in.map_if(root, "", key, "training", key);
+    }
+    in.map_if(root, "", "steps_per_print", "logging", "log_every_steps");
+    in.map_if(root, "", "wall_clock_breakdown", "metrics", "wall_clock_breakdown");
+    if (root.contains("bf16")) in.map_if(root.at("bf16"), "bf16.", "enabled", "precision", "bf16");
+    if (root.contains("fp16")) {
+      if (root.at("fp16").value("enabled", false)) {
+        in.problem("fp16.enabled", "fp16 training is not supported; superoffload trains in bf16 (set \"bf16\": "
+                                   "{\"enabled\": true} and drop the fp16 block)");
+      }
+      in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
+    }
+    if (root.contains("zero_optimization")) import_zero(root.at("zero_optimization"), in);
+    if (root.contains("optimizer")) import_optimizer(root.at("optimizer"), in);
+    if (root.contains("scheduler")) import_scheduler(root.at("scheduler"), in);
+  } catch (const json::exception& e) {
+    in.problem("(structure)", std::string("unexpected value type: ") + e.what());
+  }
+  in.warn_unconsumed(root, "");
+  return in.take();
+}
+
+}  // namespace superoffload::config

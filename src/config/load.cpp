@@ -1,0 +1,293 @@
+// Configuration loading and validation (see load.hpp).
+#include "config/load.hpp"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "config/batch_sizes.hpp"
+#include "config/deepspeed_import.hpp"
+#include "config/schema.hpp"
+#include "config/suggest.hpp"
+
+namespace superoffload::config {
+namespace {
+
+std::string location(const toml::node& node, const std::string& fallback) {
+  const auto& src = node.source();
+  if (!src.path || src.begin.line == 0) return fallback;
+  return *src.path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+std::string show(const toml::node& node) {
+  std::ostringstream os;
+  if (node.is_table()) return "a table";
+  if (node.is_array()) {
+    os << *node.as_array();
+  } else {
+    node.visit([&](const auto& v) { os << v; });
+  }
+  return os.str();
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const auto& s : schema()) out.push_back(s.name);
+  return out;
+}
+
+// Where a key that is not in `section` does live, for "did you mean".
+std::string suggestion_for(const std::string& section, const std::string& key) {
+  if (const Section* s = find_section(section)) {
+    std::vector<std::string> keys;
+    for (const auto& f : s->fields) keys.push_back(f.key);
+    if (auto near = closest(key, keys); !near.empty()) return " — did you mean '" + near + "'?";
+  }
+  for (const auto& other : schema()) {
+    for (const auto& f : other.fields) {
+      if (f.key == key) return " — it belongs in [" + other.name + "]";
+    }
+  }
+  return "";
+}
+
+// Converts a TOML node to the field's type, or explains why not.
+std::optional<Value> convert(const Field& field, const toml::node& node, std::string* problem) {
+  switch (field.kind) {
+    case Kind::boolean:
+      if (auto v = node.value_exact<bool>()) return Value{*v};
+      break;
+    case Kind::integer:
+      if (auto v = node.value_exact<std::int64_t>()) return Value{*v};
+      // DeepSpeed users write sizes as 4e8; accept floats that are whole numbers.
+      if (auto d = node.value_exact<double>()) {
+        if (std::isfinite(*d) && std::floor(*d) == *d && std::fabs(*d) < 9.2e18) {
+          return Value{static_cast<std::int64_t>(*d)};
+        }
+        *problem = "expected an integer, got " + show(node);
+        return std::nullopt;
+      }
+      break;
+    case Kind::number:
+      if (auto d = node.value_exact<double>()) return Value{*d};
+      if (auto i = node.value_exact<std::int64_t>()) return Value{static_cast<double>(*i)};
+      break;
+    case Kind::string:
+      if (auto s = node.value_exact<std::string>()) return Value{*s};
+      break;
+    case Kind::number_list:
+      if (const auto* array = node.as_array()) {
+        std::vector<double> out;
+        for (const auto& element : *array) {
+          if (auto d = element.value_exact<double>()) out.push_back(*d);
+          else if (auto i = element.value_exact<std::int64_t>()) out.push_back(static_cast<double>(*i));
+          else {
+            *problem = "expected an array of numbers, got " + show(node);
+            return std::nullopt;
+          }
+        }
+        return Value{std::move(out)};
+      }
+      break;
+  }
+  *problem = std::string("expected ") + describe(field.kind) + ", got " + show(node);
+  return std::nullopt;
+}
+
+struct Setting {
+  const Field* field;
+  const toml::node* node;
+  std::string origin;
+};
+
+class Loader {
+ public:
+  // Reads one source: a table of [section] tables. `origin_of` names a node's origin when
+  // the node carries no source position (DeepSpeed import, overrides).
+  void add_table(const toml::table& root, const std::string& source_name,
+                 const std::map<std::string, std::string>& known_origins = {}) {
+    for (const auto& [section_key, section_node] : root) {
+      const std::string section(section_key.str());
+      const auto* section_table = section_node.as_table();
+      const std::string where = location(section_node, source_name);
+      if (!find_section(section)) {
+        std::string text = "unknown section [" + section + "] at " + where;
+        if (!section_table) {
+          text = "unknown key '" + section + "' at the top level at " + where;
+          text += suggestion_for("", section);
+        } else if (auto near = closest(section, section_names()); !near.empty()) {
+          text += " — did you mean [" + near + "]?";
+        }
+        problems_.push_back(text);
+        continue;
+      }
+      if (!section_table) {
+        problems_.push_back("'" + section + "' at " + where + " must be a table ([" + section + "]), not a value");
+        continue;
+      }
+      for (const auto& [key_name, value] : *section_table) {
+        const std::string key(key_name.str());
+        const std::string dotted = section + "." + key;
+        std::string origin = location(value, source_name);
+        if (auto it = known_origins.find(dotted); it != known_origins.end()) origin = it->second;
+        const Field* field = find_field(section, key);
+        if (!field) {
+          problems_.push_back("unknown key '" + key + "' in [" + section + "] at " + origin + suggestion_for(section, key));
+          continue;
+        }
+        settings_[dotted] = Setting{field, &value, origin};
+      }
+    }
+  }
+
+  void add_problem(std::string text) { problems_.push_back(std::move(text)); }
+
+  LoadedConfig finish(int world_size) {
+    LoadedConfig out;
+    for (const auto& [dotted, setting] : settings_) {
+      std::string problem;
+      auto value = convert(*setting.field, *setting.node, &problem);
+      if (value && problem.empty()) problem = check_constraints(*setting.field, *value);
+      if (!problem.empty()) {
+        problems_.push_back(setting.field->name() + " = " + show(*setting.node) + " at " + setting.origin + ": " +
+                            problem);
+        continue;
+      }
+      setting.field->set(out.config, *value);
+      out.origins[dotted] = setting.origin;
+    }
+    for (const auto& section : schema()) {
+      for (const auto& field : section.fields) {
+        if (field.required && !out.origins.count(field.dotted())) {
+          problems_.push_back("missing required key " + field.name() + " (" + field.doc + ") — add `" + field.key +
+                              " = " + field.example + "` under [" + section.name + "] or pass --set " +
+                              field.dotted() + "=...");
+        }
+      }
+    }
+    if (problems_.empty()) cross_checks(out, world_size);
+    if (!problems_.empty()) throw ConfigError(problems_);
+    return out;
+  }
+
+ private:
+  std::string origin_of(const LoadedConfig& c, const std::string& dotted) const {
+    auto it = c.origins.find(dotted);
+    return it == c.origins.end() ? "default" : it->second;
+  }
+
+  void cross_checks(LoadedConfig& c, int world_size) {
+    auto& t = c.config.training;
+    BatchSizes sizes{t.train_batch_size, t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps};
+    std::string problem;
+    if (!resolve_batch_sizes(sizes, world_size, &problem)) {
+      problems_.push_back("inconsistent batch sizes in [training]: " + problem + " (train_batch_size from " +
+                          origin_of(c, "training.train_batch_size") + ", train_micro_batch_size_per_gpu from " +
+                          origin_of(c, "training.train_micro_batch_size_per_gpu") + ", gradient_accumulation_steps from " +
+                          origin_of(c, "training.gradient_accumulation_steps") + ", world size " +
+                          std::to_string(world_size) + ") — set two of them and let the third be derived");
+    } else {
+      t.train_batch_size = sizes.train_batch_size;
+      t.train_micro_batch_size_per_gpu = sizes.micro_batch;
+      t.gradient_accumulation_steps = sizes.accumulation;
+    }
+    if (t.max_steps == 0 && t.epochs == 0) {
+      problems_.push_back("[training] max_steps and epochs are both 0 (" + origin_of(c, "training.max_steps") + ", " +
+                          origin_of(c, "training.epochs") + ") — set one of them");
+    }
+    if (c.config.lr_schedule.min_lr > c.config.optimizer.lr) {
+      problems_.push_back("[lr_schedule] min_lr = " + std::to_string(c.config.lr_schedule.min_lr) + " (" +
+                          origin_of(c, "lr_schedule.min_lr") + ") is above [optimizer] lr = " +
+                          std::to_string(c.config.optimizer.lr) + " (" + origin_of(c, "optimizer.lr") + ")");
+    }
+    if (c.config.offload.device == "none" && c.origins.count("offload.super_offload") &&
+        c.config.offload.super_offload) {
+      c.warnings.push_back("[offload] super_offload = true has no effect with device = \"none\" (the optimizer "
+                           "runs on the device)");
+    }
+    if (c.config.runtime.comm_backend == "nccl" && c.config.runtime.device == "cpu") {
+      problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +
+                          ") needs device = \"cuda\" or \"auto\", not \"cpu\" (" + origin_of(c, "runtime.device") +
+                          ") — NCCL works on GPU buffers only");
+    }
+  }
+
+  std::map<std::string, Setting> settings_;
+  std::vector<std::string> problems_;
+};
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out = "invalid configuration (" + std::to_string(lines.size()) + " problem" +
+                    (lines.size() == 1 ? "" : "s") + "):";
+  for (const auto& line : lines) out += "\n  - " + line;
+  return out;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> problems)
+    : Error(join_lines(problems), "configs/reference.toml lists every key with its default and meaning"),
+      problems_(std::move(problems)) {}
+
+LoadedConfig load_config(const ConfigSources& sources, int world_size) {
+  Loader loader;
+  // Tables must outlive the loader's pointers into them.
+  std::optional<DeepSpeedImport> deepspeed;
+  std::optional<toml::table> file_table;
+  std::vector<toml::table> override_tables;
+  std::vector<std::string> warnings;
+
+  if (sources.deepspeed_json) {
+    deepspeed = import_deepspeed_json(*sources.deepspeed_json);
+    for (auto& p : deepspeed->problems) loader.add_problem(p);
+    warnings = deepspeed->warnings;
+    loader.add_table(deepspeed->table, sources.deepspeed_json->string(), deepspeed->origins);
+  }
+  if (sources.toml_file) {
+    const auto path = sources.toml_file->string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*sources.toml_file, ec)) {
+      throw ConfigError({"configuration file " + path + " does not exist or is not a file"});
+    }
+    try {
+      file_table = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      throw ConfigError({path + ":" + std::to_string(e.source().begin.line) + ":" +
+                         std::to_string(e.source().begin.column) + ": TOML syntax error: " +
+                         std::string(e.description())});
+    }
+    loader.add_table(*file_table, path);
+  }
+  override_tables.reserve(sources.overrides.size());
+  for (const auto& text : sources.overrides) {
+    const auto eq = text.find('=');
+    const auto dot = text.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq) {
+      loader.add_problem("--set " + text + ": expected section.key=value, e.g. --set zero.sub_group_size=4e8");
+      continue;
+    }
+    const std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);
+    const std::string value = text.substr(eq + 1);
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      // Not a TOML value: take it as a bare string (paths, names).
+      parsed = toml::table{{"v", value}};
+    }
+    toml::table wrapper;
+    auto* node = parsed.get("v");
+    toml::table inner;
+    inner.insert(key, *node);
+    wrapper.insert(section, std::move(inner));
+    override_tables.push_back(std::move(wrapper));
+    loader.add_table(override_tables.back(), "--set " + text, {{section + "." + key, "--set " + text}});
+  }
+  LoadedConfig loaded = loader.finish(world_size);
+  loaded.warnings.insert(loaded.warnings.begin(), warnings.begin(), warnings.end());
+  return loaded;
+}
+
+}  // namespace superoffload::config

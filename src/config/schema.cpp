@@ -1,0 +1,304 @@
+// The configuration schema. Adding a key: add the member to config.hpp, one line here, then
+// regenerate configs/reference.toml with `superoffload config --reference`.
+#include "config/schema.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+namespace superoffload::config {
+namespace {
+
+template <class T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return Kind::integer;
+  else if constexpr (std::is_same_v<T, double>) return Kind::number;
+  else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
+  else if constexpr (std::is_same_v<T, std::vector<double>>) return Kind::number_list;
+  else static_assert(sizeof(T) == 0, "unsupported configuration field type");
+}
+
+// Adds fields of one component struct S (reached through Config::*member).
+template <class S>
+class SectionBuilder {
+ public:
+  SectionBuilder(std::vector<Section>& all, std::string name, std::string doc, S Config::*member)
+      : all_(all), member_(member) {
+    all_.push_back(Section{std::move(name), std::move(doc), {}});
+  }
+
+  template <class T>
+  Field& add(std::string key, T S::*field, std::string doc) {
+    Section& section = all_.back();
+    Field f;
+    f.section = section.name;
+    f.key = std::move(key);
+    f.doc = std::move(doc);
+    f.kind = kind_of<T>();
+    f.get = [member = member_, field](const Config& c) -> Value { return (c.*member).*field; };
+    f.set = [member = member_, field](Config& c, const Value& v) { (c.*member).*field = std::get<T>(v); };
+    section.fields.push_back(std::move(f));
+    return section.fields.back();
+  }
+
+ private:
+  std::vector<Section>& all_;
+  S Config::*member_;
+};
+
+std::vector<Section> build_schema() {
+  std::vector<Section> s;
+  {
+    SectionBuilder<ModelConfig> b(s, "model", "The model: a HuggingFace directory and the plugin that builds it.", &Config::model);
+    b.add("path", &ModelConfig::path,
+          "HuggingFace model directory (config.json, *.safetensors, tokenizer files).")
+        .require("\"/path/to/hf-model\"");
+    b.add("plugin", &ModelConfig::plugin,
+          "\"auto\" (chosen by config.json's architectures), a plugin name, or a path to a plugin .so.");
+    b.add("init", &ModelConfig::init,
+          "\"auto\": load safetensors weights if present, else random; \"pretrained\": require weights; \"random\": "
+          "initialise from initializer_range.")
+        .one_of({"auto", "pretrained", "random"});
+  }
+  {
+    SectionBuilder<DataConfig> b(s, "data", "Training data and how it becomes token sequences.", &Config::data);
+    b.add("path", &DataConfig::path, "Dataset file: pre-tokenized HDF5 (.h5) or JSONL.")
+        .require("\"/path/to/dataset.jsonl\"");
+    b.add("format", &DataConfig::format,
+          "\"auto\" (from the extension and first record), \"hdf5\", \"jsonl\" (a text field) or \"alpaca\" "
+          "(instruction/input/output records).")
+        .one_of({"auto", "hdf5", "jsonl", "alpaca"});
+    b.add("seq_len", &DataConfig::seq_len, "Tokens per sample.").at_least(1);
+    b.add("tokenizer", &DataConfig::tokenizer, "Tokenizer directory or file; empty: the model directory's.");
+    b.add("prompt_template", &DataConfig::prompt_template,
+          "Prompt for instruction records with an input; {instruction} and {input} are replaced. Prompt tokens "
+          "carry no loss.");
+    b.add("prompt_template_no_input", &DataConfig::prompt_template_no_input,
+          "Prompt for instruction records without an input.");
+    b.add("packing", &DataConfig::packing,
+          "Pack several instruction samples into one sequence instead of padding each.");
+    b.add("shuffle", &DataConfig::shuffle, "Shuffle samples each epoch (deterministic from training.seed).");
+  }
+  {
+    SectionBuilder<TrainingConfig> b(s, "training", "The step loop. Batch keys follow DeepSpeed.", &Config::training);
+    b.add("output_dir", &TrainingConfig::output_dir, "Directory for logs, metrics.h5 and checkpoints.");
+    b.add("train_batch_size", &TrainingConfig::train_batch_size,
+          "Global batch in samples = micro-batch x accumulation x world size; 0: derived from the other two.")
+        .at_least(0);
+    b.add("train_micro_batch_size_per_gpu", &TrainingConfig::train_micro_batch_size_per_gpu,
+          "Samples per rank per forward/backward; 0: derived (1 if nothing is set).")
+        .at_least(0);
+    b.add("gradient_accumulation_steps", &TrainingConfig::gradient_accumulation_steps,
+          "Micro-batches accumulated per optimizer step; 0: derived (1 if nothing is set).")
+        .at_least(0);
+    b.add("gradient_clipping", &TrainingConfig::gradient_clipping,
+          "Clip the global gradient norm to this value; 0 disables clipping (and its validation).")
+        .at_least(0);
+    b.add("max_steps", &TrainingConfig::max_steps, "Optimizer steps to run; 0: run `epochs` epochs.").at_least(0);
+    b.add("epochs", &TrainingConfig::epochs, "Epochs to run when max_steps is 0.").at_least(0);
+    b.add("warmup_steps", &TrainingConfig::warmup_steps,
+          "First steps left out of the timing summary (compilation, allocator warm-up).")
+        .at_least(0);
+    b.add("bench_steps", &TrainingConfig::bench_steps,
+          "Stop after warmup_steps + bench_steps steps and print the timing summary; 0: off.")
+        .at_least(0);
+    b.add("seed", &TrainingConfig::seed, "Seed for initialisation, shuffling and dropout.").at_least(0);
+    b.add("activation_checkpointing", &TrainingConfig::activation_checkpointing,
+          "Keep only each layer's input and recompute in backward; false keeps all activations.");
+  }
+  {
+    SectionBuilder<OptimizerConfig> b(s, "optimizer", "AdamW over fp32 master weights.", &Config::optimizer);
+    b.add("type", &OptimizerConfig::type, "\"adamw\" (decoupled weight decay) or \"adam\" (L2 penalty).")
+        .one_of({"adamw", "adam"});
+    b.add("lr", &OptimizerConfig::lr, "Peak learning rate.").at_least(0);
+    b.add("betas", &OptimizerConfig::betas, "Adam beta1 and beta2, each in [0, 1).").size(2).at_least(0).below(1);
+    b.add("eps", &OptimizerConfig::eps, "Adam epsilon.").above(0);
+    b.add("weight_decay", &OptimizerConfig::weight_decay, "Weight decay (never applied to norms and biases).")
+        .at_least(0);
+    b.add("max_consecutive_skips", &OptimizerConfig::max_consecutive_skips,
+          "Abort after this many consecutive steps skipped for non-finite gradients.")
+        .at_least(1);
+  }
+  {
+    SectionBuilder<LrScheduleConfig> b(s, "lr_schedule", "Learning-rate schedule.", &Config::lr_schedule);
+    b.add("type", &LrScheduleConfig::type,
+          "\"constant\", \"cosine\" or \"linear\" decay to min_lr after the warm-up.")
+        .one_of({"constant", "cosine", "linear"});
+    b.add("warmup_num_steps", &LrScheduleConfig::warmup_num_steps, "Steps of learning-rate warm-up.").at_least(0);
+    b.add("warmup_type", &LrScheduleConfig::warmup_type, "Warm-up curve, \"linear\" or \"log\" (DeepSpeed WarmupLR).")
+        .one_of({"linear", "log"});
+    b.add("warmup_min_lr", &LrScheduleConfig::warmup_min_lr, "Learning rate at the start of the warm-up.")
+        .at_least(0);
+    b.add("min_lr", &LrScheduleConfig::min_lr, "Learning rate at the end of the decay.").at_least(0);
+  }
+  {
+    SectionBuilder<ZeroConfig> b(s, "zero", "ZeRO partitioning (DeepSpeed zero_optimization names).", &Config::zero);
+    b.add("stage", &ZeroConfig::stage, "ZeRO stage; superoffload implements stage 3.").one_of({"3"});
+    b.add("sub_group_size", &ZeroConfig::sub_group_size,
+          "Elements per optimizer sub-group: the unit the CPU optimizer steps during backward.")
+        .at_least(1);
+    b.add("reduce_bucket_size", &ZeroConfig::reduce_bucket_size, "Elements per gradient reduce-scatter bucket.")
+        .at_least(1);
+    b.add("stage3_prefetch_bucket_size", &ZeroConfig::stage3_prefetch_bucket_size,
+          "Elements of parameters gathered ahead of the layer that needs them.")
+        .at_least(0);
+    b.add("stage3_max_live_parameters", &ZeroConfig::stage3_max_live_parameters,
+          "Most gathered parameter elements resident per rank at once.")
+        .at_least(1);
+    b.add("stage3_param_persistence_threshold", &ZeroConfig::stage3_param_persistence_threshold,
+          "Layers with fewer elements than this stay gathered for the whole run.")
+        .at_least(0);
+  }
+  {
+    SectionBuilder<OffloadConfig> b(s, "offload", "Optimizer offload (DeepSpeed offload_optimizer names).",
+                                    &Config::offload);
+    b.add("device", &OffloadConfig::device, "\"cpu\": optimizer state and step on the host; \"none\": on the device.")
+        .one_of({"cpu", "none"});
+    b.add("pin_memory", &OffloadConfig::pin_memory, "Page-locked host buffers for device transfers (GPU runs).");
+    b.add("ratio", &OffloadConfig::ratio,
+          "Share of sub-groups stepped on the CPU; the rest (those whose gradients arrive last) on the device.")
+        .range(0, 1);
+    b.add("super_offload", &OffloadConfig::super_offload,
+          "Step sub-groups on the CPU during backward, validated at step end; false: classic ZeRO-Offload.");
+    b.add("cpuadam_cores_perc", &OffloadConfig::cpuadam_cores_perc,
+          "Share of the rank's bound cores used by CPU AdamW threads.")
+        .range(0, 1)
+        .above(0);
+  }
+  {
+    SectionBuilder<PrecisionConfig> b(s, "precision", "Numeric precision.", &Config::precision);
+    b.add("bf16", &PrecisionConfig::bf16, "bf16 compute weights (fp32 master weights); false: fp32 everywhere.");
+  }
+  {
+    SectionBuilder<CheckpointConfig> b(s, "checkpoint", "Sharded HDF5 checkpoints under <output_dir>/checkpoints.",
+                                       &Config::checkpoint);
+    b.add("every_steps", &CheckpointConfig::every_steps, "Save every N steps; 0: only on exit.").at_least(0);
+    b.add("keep_last", &CheckpointConfig::keep_last,
+          "Complete checkpoints kept; older ones are deleted only after a newer one is complete.")
+        .at_least(1);
+    b.add("save_on_exit", &CheckpointConfig::save_on_exit, "Save at the end of training and on preemption.");
+    b.add("auto_resume", &CheckpointConfig::auto_resume, "Resume from checkpoints/latest when it exists.");
+  }
+  {
+    SectionBuilder<MetricsConfig> b(s, "metrics", "<output_dir>/metrics.h5, written by rank 0.", &Config::metrics);
+    b.add("enabled", &MetricsConfig::enabled, "Write metrics.h5.");
+    b.add("flush_every_steps", &MetricsConfig::flush_every_steps, "Flush to disk every N steps (SWMR readers).")
+        .at_least(1);
+    b.add("wall_clock_breakdown", &MetricsConfig::wall_clock_breakdown,
+          "Log the per-phase timers (forward, backward, reduce, optimizer, ...) every step.");
+  }
+  {
+    SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);
+    b.add("level", &LoggingConfig::level, "\"trace\", \"debug\", \"info\", \"warning\" or \"error\" (--log-level).")
+        .one_of({"trace", "debug", "info", "warning", "error"});
+    b.add("console", &LoggingConfig::console,
+          "\"rank0\": only rank 0 on the console (errors from all); \"all\": every rank.")
+        .one_of({"rank0", "all"});
+    b.add("log_every_steps", &LoggingConfig::log_every_steps, "Print the step line every N steps.").at_least(1);
+  }
+  {
+    SectionBuilder<RuntimeConfig> b(s, "runtime", "Devices, communication and process placement.", &Config::runtime);
+    b.add("device", &RuntimeConfig::device, "\"auto\" (CUDA when a GPU is visible), \"cpu\" or \"cuda\".")
+        .one_of({"auto", "cpu", "cuda"});
+    b.add("comm_backend", &RuntimeConfig::comm_backend, "\"auto\" (NCCL on CUDA, MPI on CPU), \"mpi\" or \"nccl\".")
+        .one_of({"auto", "mpi", "nccl"});
+    b.add("bind", &RuntimeConfig::bind,
+          "\"auto\": bind each rank to cores near its GPU (a launcher binding is kept); \"none\": no binding.")
+        .one_of({"auto", "none"});
+    b.add("peak_tflops", &RuntimeConfig::peak_tflops,
+          "Peak dense TFLOPS per device for MFU; 0: from the GPU model (H100/GH200 bf16).")
+        .at_least(0);
+    b.add("collective_timeout_s", &RuntimeConfig::collective_timeout_s,
+          "End the job when a collective makes no progress for this long.")
+        .above(0);
+  }
+  return s;
+}
+
+std::string format_number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+const char* describe(Kind kind) {
+  switch (kind) {
+    case Kind::boolean: return "true or false";
+    case Kind::integer: return "an integer";
+    case Kind::number: return "a number";
+    case Kind::string: return "a string";
+    case Kind::number_list: return "an array of numbers";
+  }
+  return "?";
+}
+
+const std::vector<Section>& schema() {
+  static const std::vector<Section> instance = build_schema();
+  return instance;
+}
+
+const Section* find_section(const std::string& name) {
+  for (const auto& section : schema()) {
+    if (section.name == name) return &section;
+  }
+  return nullptr;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  const Section* s = find_section(section);
+  if (!s) return nullptr;
+  for (const auto& field : s->fields) {
+    if (field.key == key) return &field;
+  }
+  return nullptr;
+}
+
+std::string check_constraints(const Field& field, const Value& value) {
+  auto range_text = [&] {
+    std::string lo = field.min ? format_number(*field.min) : "-inf";
+    std::string hi = field.max ? format_number(*field.max) : "inf";
+    return std::string(field.min_exclusive ? "(" : "[") + lo + ", " + hi + (field.max && !field.max_exclusive ? "]" : ")");
+  };
+  auto in_range = [&](double v) {
+    if (std::isnan(v)) return false;
+    if (field.min && (field.min_exclusive ? v <= *field.min : v < *field.min)) return false;
+    if (field.max && (field.max_exclusive ? v >= *field.max : v > *field.max)) return false;
+    return true;
+  };
+  if (const auto* i = std::get_if<std::int64_t>(&value)) {
+    if (!field.choices.empty()) {
+      for (const auto& c : field.choices) {
+        if (c == std::to_string(*i)) return "";
+      }
+      std::string allowed;
+      for (const auto& c : field.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+      return "expected one of " + allowed;
+    }
+    if (!in_range(static_cast<double>(*i))) return "out of range: expected an integer in " + range_text();
+  } else if (const auto* d = std::get_if<double>(&value)) {
+    if (!in_range(*d)) return "out of range: expected a number in " + range_text();
+  } else if (const auto* str = std::get_if<std::string>(&value)) {
+    if (!field.choices.empty()) {
+      for (const auto& c : field.choices) {
+        if (c == *str) return "";
+      }
+      std::string allowed;
+      for (const auto& c : field.choices) allowed += (allowed.empty() ? "\"" : ", \"") + c + "\"";
+      return "expected one of " + allowed;
+    }
+  } else if (const auto* list = std::get_if<std::vector<double>>(&value)) {
+    if (field.list_size && list->size() != field.list_size) {
+      return "expected an array of " + std::to_string(field.list_size) + " numbers, got " +
+             std::to_string(list->size());
+    }
+    for (double v : *list) {
+      if (!in_range(v)) return "out of range: each element must be in " + range_text();
+    }
+  }
+  return "";
+}
+
+}  // namespace superoffload::config
