@@ -134,7 +134,11 @@ class Loader {
         if (auto it = known_origins.find(dotted); it != known_origins.end()) origin = it->second;
         const Field* field = find_field(section, key);
         if (!field) {
-          problems_.push_back("unknown key '" + key + "' in [" + section + "] at " + origin + suggestion_for(section, key));
+          std::string key_at = origin;
+          if (const auto& src = key_name.source(); src.path && src.begin.line > 0) {
+            key_at = *src.path + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+          }
+          problems_.push_back("unknown key '" + key + "' in [" + section + "] at " + key_at + suggestion_for(section, key));
           continue;
         }
         settings_[dotted] = Setting{field, &value, origin};
@@ -189,6 +193,10 @@ class Loader {
                           origin_of(c, "training.gradient_accumulation_steps") + ", world size " +
                           std::to_string(world_size) + ") — set two of them and let the third be derived");
     } else {
+      const std::string derived = "derived for world size " + std::to_string(world_size);
+      if (t.train_batch_size == 0) c.origins["training.train_batch_size"] = derived;
+      if (t.train_micro_batch_size_per_gpu == 0) c.origins["training.train_micro_batch_size_per_gpu"] = derived;
+      if (t.gradient_accumulation_steps == 0) c.origins["training.gradient_accumulation_steps"] = derived;
       t.train_batch_size = sizes.train_batch_size;
       t.train_micro_batch_size_per_gpu = sizes.micro_batch;
       t.gradient_accumulation_steps = sizes.accumulation;
@@ -228,7 +236,8 @@ std::string join_lines(const std::vector<std::string>& lines) {
 }  // namespace
 
 ConfigError::ConfigError(std::vector<std::string> problems)
-    : Error(join_lines(problems), "configs/reference.toml lists every key with its default and meaning"),
+    : Error(join_lines(problems), "configs/reference.toml lists every key with its default and meaning",
+            UserInput{}),
       problems_(std::move(problems)) {}
 
 LoadedConfig load_config(const ConfigSources& sources, int world_size) {

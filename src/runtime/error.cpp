@@ -22,9 +22,12 @@ std::string short_location(const std::source_location& where) {
 Error::Error(const std::string& what, std::string hint, std::source_location where)
     : std::runtime_error(what), hint_(std::move(hint)), where_(short_location(where)) {}
 
+Error::Error(const std::string& what, std::string hint, UserInput)
+    : std::runtime_error(what), hint_(std::move(hint)) {}
+
 std::string Error::describe() const {
   std::string out = what();
-  out += "\n  at " + where_;
+  if (!where_.empty()) out += "\n  at " + where_;
   if (!hint_.empty()) out += "\n  HINT: " + hint_;
   return out;
 }

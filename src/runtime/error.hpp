@@ -12,9 +12,13 @@ class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what, std::string hint = {},
                  std::source_location where = std::source_location::current());
+  // Errors in what the user gave (configuration, arguments): our source location would
+  // only distract, so none is reported.
+  struct UserInput {};
+  Error(const std::string& what, std::string hint, UserInput);
 
   const std::string& hint() const noexcept { return hint_; }
-  // "src/runtime/binding.cpp:42", relative to the source tree.
+  // "src/runtime/binding.cpp:42", relative to the source tree; empty for user-input errors.
   const std::string& where() const noexcept { return where_; }
   // Message, then "  at <where>" and "  HINT: <hint>" lines: what the user is shown.
   std::string describe() const;

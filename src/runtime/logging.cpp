@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include <boost/core/null_deleter.hpp>
-#include <boost/log/attributes/constant.hpp>
+#include <boost/log/attributes/mutable_constant.hpp>
 #include <boost/log/core.hpp>
 #include <boost/log/expressions.hpp>
 #include <boost/log/sinks/sync_frontend.hpp>
@@ -38,6 +38,9 @@ std::atomic<Level> g_level{Level::info};
 std::atomic<int> g_rank{0};
 std::atomic<bool> g_console_all{false};
 std::mutex g_setup_mutex;
+// One attribute whose value changes when the rank becomes known (Boost.Log keeps the first
+// attribute registered under a name, so it is updated rather than re-added).
+bl::attributes::mutable_constant<int> g_rank_attribute(0);
 boost::shared_ptr<TextSink> g_console;
 boost::shared_ptr<TextSink> g_file;
 
@@ -75,7 +78,7 @@ void init(Level level) {
   if (g_console) return;
   auto core = bl::core::get();
   bl::add_common_attributes();
-  core->add_global_attribute("Rank", bl::attributes::constant<int>(0));
+  core->add_global_attribute("Rank", g_rank_attribute);
   auto backend = boost::make_shared<bl::sinks::text_ostream_backend>();
   // stderr keeps stdout clean for command output (config, version) that users pipe.
   backend->add_stream(boost::shared_ptr<std::ostream>(&std::clog, boost::null_deleter()));
@@ -94,7 +97,7 @@ void set_rank(int rank, Console console) {
   std::lock_guard lock(g_setup_mutex);
   g_rank = rank;
   g_console_all = console == Console::all;
-  bl::core::get()->add_global_attribute("Rank", bl::attributes::constant<int>(rank));
+  g_rank_attribute.set(rank);
 }
 
 void set_level(Level level) { g_level = level; }

@@ -1,0 +1,196 @@
+// Configuration loading: every error case names the file, line and column, suggests a fix,
+// and a valid file gives exactly the typed values.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/load.hpp"
+#include "config/schema.hpp"
+#include "config/toml_writer.hpp"
+
+namespace so = superoffload;
+using so::config::ConfigError;
+using so::config::ConfigSources;
+using so::config::load_config;
+
+namespace {
+
+class ConfigLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("so_config_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path write(const std::string& name, const std::string& text) {
+    auto path = dir_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  // The one-string message of the ConfigError thrown for `sources`.
+  std::string error_of(const ConfigSources& sources, int world_size = 1) {
+    try {
+      load_config(sources, world_size);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a ConfigError";
+    return "";
+  }
+  std::string error_of_toml(const std::string& text, int world_size = 1) {
+    return error_of(ConfigSources{write("c.toml", text), std::nullopt, {}}, world_size);
+  }
+
+  static constexpr const char* kRequired = "[model]\npath = \"/m\"\n[data]\npath = \"/d.jsonl\"\n";
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigLoad, MinimalFileGivesDefaultsAndDerivedBatch) {
+  auto loaded = load_config({write("c.toml", kRequired), std::nullopt, {}}, 4);
+  const so::config::Config defaults;
+  EXPECT_EQ(loaded.config.model.path, "/m");
+  EXPECT_EQ(loaded.config.zero.sub_group_size, defaults.zero.sub_group_size);
+  EXPECT_EQ(loaded.config.offload.cpuadam_cores_perc, defaults.offload.cpuadam_cores_perc);
+  EXPECT_EQ(loaded.config.training.train_micro_batch_size_per_gpu, 1);
+  EXPECT_EQ(loaded.config.training.gradient_accumulation_steps, 1);
+  EXPECT_EQ(loaded.config.training.train_batch_size, 4);
+  EXPECT_EQ(loaded.origins.at("model.path"), (dir_ / "c.toml").string() + ":2:8");
+  EXPECT_TRUE(loaded.warnings.empty());
+}
+
+TEST_F(ConfigLoad, MisspeltKeyNamesFileLineAndSuggestion) {
+  const auto message = error_of_toml(std::string(kRequired) + "\n[zero]\nstage = 3\nsub_grup_size = 4e8\n");
+  EXPECT_NE(message.find("unknown key 'sub_grup_size' in [zero] at " + (dir_ / "c.toml").string() + ":8:1"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("did you mean 'sub_group_size'?"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, KeyInWrongSectionSaysWhereItBelongs) {
+  const auto message = error_of_toml(std::string(kRequired) + "[training]\nratio = 0.9\n");
+  EXPECT_NE(message.find("unknown key 'ratio' in [training]"), std::string::npos) << message;
+  EXPECT_NE(message.find("it belongs in [offload]"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, UnknownSectionSuggestsTheNearestOne) {
+  const auto message = error_of_toml(std::string(kRequired) + "[zeroo]\nstage = 3\n");
+  EXPECT_NE(message.find("unknown section [zeroo]"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean [zero]?"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, TopLevelDeepSpeedKeyIsRedirected) {
+  const auto message = error_of_toml(std::string("train_batch_size = 8\n") + kRequired);
+  EXPECT_NE(message.find("unknown key 'train_batch_size' at the top level"), std::string::npos) << message;
+  EXPECT_NE(message.find("it belongs in [training]"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, WrongTypeSaysWhatIsExpected) {
+  const auto message = error_of_toml(std::string(kRequired) + "[zero]\nsub_group_size = \"big\"\n");
+  EXPECT_NE(message.find("[zero] sub_group_size"), std::string::npos) << message;
+  EXPECT_NE(message.find(":6:18: expected an integer"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, WholeFloatsAreIntegersFractionsAreNot) {
+  auto loaded = load_config({write("c.toml", std::string(kRequired) + "[zero]\nsub_group_size = 4e8\n"), {}, {}}, 1);
+  EXPECT_EQ(loaded.config.zero.sub_group_size, 400'000'000);
+  const auto message = error_of_toml(std::string(kRequired) + "[zero]\nreduce_bucket_size = 1.5\n");
+  EXPECT_NE(message.find("expected an integer, got 1.5"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, OutOfRangeShowsTheRange) {
+  const auto message = error_of_toml(std::string(kRequired) + "[offload]\nratio = 1.5\n");
+  EXPECT_NE(message.find("[offload] ratio = 1.5"), std::string::npos) << message;
+  EXPECT_NE(message.find("expected a number in [0, 1]"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, BadChoiceListsTheAllowedValues) {
+  const auto message = error_of_toml(std::string(kRequired) + "[lr_schedule]\ntype = \"cosin\"\n");
+  EXPECT_NE(message.find("expected one of \"constant\", \"cosine\", \"linear\""), std::string::npos) << message;
+  const auto stage = error_of_toml(std::string(kRequired) + "[zero]\nstage = 2\n");
+  EXPECT_NE(stage.find("[zero] stage = 2"), std::string::npos) << stage;
+}
+
+TEST_F(ConfigLoad, MissingRequiredKeyIsNamedWithTheFix) {
+  const auto message = error_of_toml("[model]\npath = \"/m\"\n");
+  EXPECT_NE(message.find("missing required key [data] path"), std::string::npos) << message;
+  EXPECT_NE(message.find("--set data.path="), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, InconsistentBatchSizesShowTheArithmetic) {
+  const auto message = error_of_toml(std::string(kRequired) +
+                                         "[training]\ntrain_batch_size = 32\ntrain_micro_batch_size_per_gpu = 4\n"
+                                         "gradient_accumulation_steps = 2\n",
+                                     2);
+  EXPECT_NE(message.find("train_batch_size = 32 but train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                         "world size = 4 x 2 x 2 = 16"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("c.toml:6:20"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, AllProblemsAreReportedTogether) {
+  const auto message = error_of_toml(std::string(kRequired) +
+                                     "[zero]\nsub_grup_size = 1\n[offload]\nratio = 2.0\n[zeroo]\nx = 1\n");
+  EXPECT_NE(message.find("(3 problems)"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, SyntaxErrorNamesLineAndColumn) {
+  const auto message = error_of_toml("[model]\npath = \"/m\n");
+  EXPECT_NE(message.find((dir_ / "c.toml").string() + ":2:"), std::string::npos) << message;
+  EXPECT_NE(message.find("TOML syntax error"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, MissingFileIsNamed) {
+  const auto message = error_of(ConfigSources{dir_ / "nope.toml", std::nullopt, {}});
+  EXPECT_NE(message.find("nope.toml does not exist"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, OverridesWinAndAreParsedAsTomlValues) {
+  ConfigSources sources{write("c.toml", std::string(kRequired) + "[zero]\nsub_group_size = 100\n"), std::nullopt,
+                        {"zero.sub_group_size=4e8", "offload.super_offload=false", "training.output_dir=/scratch/run 1",
+                         "optimizer.betas=[0.9, 0.95]"}};
+  auto loaded = load_config(sources, 1);
+  EXPECT_EQ(loaded.config.zero.sub_group_size, 400'000'000);
+  EXPECT_FALSE(loaded.config.offload.super_offload);
+  EXPECT_EQ(loaded.config.training.output_dir, "/scratch/run 1");  // not TOML: taken as a string
+  EXPECT_EQ(loaded.config.optimizer.betas, (std::vector<double>{0.9, 0.95}));
+  EXPECT_EQ(loaded.origins.at("zero.sub_group_size"), "--set zero.sub_group_size=4e8");
+}
+
+TEST_F(ConfigLoad, OverrideErrorsAreExplained) {
+  ConfigSources bad_key{write("c.toml", kRequired), std::nullopt, {"zero.sub_grup_size=1"}};
+  auto message = error_of(bad_key);
+  EXPECT_NE(message.find("unknown key 'sub_grup_size' in [zero] at --set zero.sub_grup_size=1"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("did you mean 'sub_group_size'?"), std::string::npos) << message;
+  ConfigSources malformed{write("c.toml", kRequired), std::nullopt, {"sub_group_size=1"}};
+  message = error_of(malformed);
+  EXPECT_NE(message.find("expected section.key=value"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, CrossChecks) {
+  auto message = error_of_toml(std::string(kRequired) + "[training]\nmax_steps = 0\nepochs = 0\n");
+  EXPECT_NE(message.find("max_steps and epochs are both 0"), std::string::npos) << message;
+  message = error_of_toml(std::string(kRequired) + "[optimizer]\nlr = 1e-5\n[lr_schedule]\nmin_lr = 1e-3\n");
+  EXPECT_NE(message.find("min_lr"), std::string::npos) << message;
+  message = error_of_toml(std::string(kRequired) + "[runtime]\ndevice = \"cpu\"\ncomm_backend = \"nccl\"\n");
+  EXPECT_NE(message.find("NCCL works on GPU buffers only"), std::string::npos) << message;
+}
+
+TEST_F(ConfigLoad, EffectiveTomlLoadsBackToTheSameValues) {
+  auto first = load_config({write("c.toml", std::string(kRequired) +
+                                                "[offload]\nratio = 0.9\n[optimizer]\nlr = 3e-4\nbetas = [0.9, 0.95]\n"),
+                            std::nullopt, {}},
+                           2);
+  const auto text = so::config::to_toml(first.config, &first.origins);
+  auto second = load_config({write("again.toml", text), std::nullopt, {}}, 2);
+  EXPECT_EQ(so::config::to_toml(second.config), so::config::to_toml(first.config));
+  EXPECT_EQ(second.config.offload.ratio, 0.9);
+  EXPECT_EQ(second.config.optimizer.lr, 3e-4);
+}
+
+}  // namespace

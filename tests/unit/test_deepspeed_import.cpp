@@ -1,0 +1,127 @@
+// DeepSpeed JSON import: the SuperOffload example configs import cleanly, DeepSpeed's
+// meanings are kept, and nothing is dropped without a warning.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/load.hpp"
+
+namespace so = superoffload;
+using so::config::ConfigSources;
+
+namespace {
+
+const std::string kData = std::string(SUPEROFFLOAD_SOURCE_DIR) + "/tests/data/deepspeed/";
+const std::vector<std::string> kRequired = {"model.path=/m", "data.path=/d.jsonl"};
+
+so::config::LoadedConfig load_ds(const std::string& file, int world_size = 1) {
+  return so::config::load_config(ConfigSources{std::nullopt, kData + file, kRequired}, world_size);
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const ConfigSources& sources) {
+  try {
+    so::config::load_config(sources, 1);
+  } catch (const so::config::ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+TEST(DeepSpeedImport, SuperOffloadExampleImports) {
+  auto loaded = load_ds("superoffload_mode.json");
+  const auto& c = loaded.config;
+  EXPECT_EQ(c.training.train_batch_size, 4);
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.training.train_micro_batch_size_per_gpu, 4);
+  EXPECT_TRUE(c.precision.bf16);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 800'000'000);
+  EXPECT_EQ(c.zero.sub_group_size, 800'000'000);
+  EXPECT_EQ(c.offload.device, "cpu");
+  EXPECT_TRUE(c.offload.pin_memory);
+  EXPECT_DOUBLE_EQ(c.offload.ratio, 0.9);
+  EXPECT_TRUE(c.offload.super_offload);
+  EXPECT_DOUBLE_EQ(c.offload.cpuadam_cores_perc, 0.9);
+  EXPECT_TRUE(c.metrics.wall_clock_breakdown);
+  ASSERT_EQ(loaded.warnings.size(), 1u);
+  EXPECT_NE(loaded.warnings[0].find("zero_optimization.overlap_comm"), std::string::npos) << loaded.warnings[0];
+  EXPECT_EQ(loaded.origins.at("offload.ratio"), kData + "superoffload_mode.json: zero_optimization.offload_optimizer.ratio");
+}
+
+TEST(DeepSpeedImport, ZeroOffloadExampleImports) {
+  auto loaded = load_ds("zerooffload_mode.json");
+  EXPECT_EQ(loaded.config.zero.sub_group_size, 400'000'000);
+  EXPECT_EQ(loaded.config.offload.device, "cpu");
+  EXPECT_EQ(loaded.warnings.size(), 1u);
+}
+
+TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
+  auto loaded = load_ds("full_featured.json", 2);
+  const auto& c = loaded.config;
+  EXPECT_EQ(c.training.train_batch_size, 2 * 4 * 2);
+  EXPECT_DOUBLE_EQ(c.training.gradient_clipping, 0.5);
+  EXPECT_EQ(c.logging.log_every_steps, 5);
+  EXPECT_EQ(c.optimizer.type, "adamw");  // DeepSpeed's "Adam" decouples weight decay by default
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.9, 0.95}));
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.lr_schedule.type, "cosine");
+  EXPECT_EQ(c.lr_schedule.warmup_num_steps, 100);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10'000);
+  auto has = [&](const std::string& text) {
+    for (const auto& w : loaded.warnings) {
+      if (w.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("zero_optimization.contiguous_gradients")) << "ignored keys are warned about";
+  EXPECT_TRUE(has("flops_profiler.enabled"));
+  EXPECT_TRUE(has("scheduler.params.total_num_steps"));
+  EXPECT_TRUE(has("stage3_prefetch_bucket_size = \"auto\""));
+}
+
+TEST(DeepSpeedImport, AdamWithoutDecoupledDecayIsAdam) {
+  auto path = write_temp("adam.json", R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.optimizer.type, "adam");
+  std::filesystem::remove(path);
+}
+
+TEST(DeepSpeedImport, UnsupportedSettingsAreErrors) {
+  auto path = write_temp("bad.json", R"({"fp16": {"enabled": true}, "optimizer": {"type": "Lamb"},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})");
+  const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
+  EXPECT_NE(message.find("fp16 training is not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"Lamb\" is not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("NVMe offload is not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("[zero] stage = 2"), std::string::npos) << message;
+  std::filesystem::remove(path);
+}
+
+TEST(DeepSpeedImport, InvalidJsonNamesLineAndColumn) {
+  auto path = write_temp("broken.json", "{\n  \"train_batch_size\": 4,\n  \"bf16\": {\"enabled\": tru}\n}\n");
+  const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
+  EXPECT_NE(message.find(path.string() + ":3:"), std::string::npos) << message;
+  EXPECT_NE(message.find("invalid JSON"), std::string::npos) << message;
+  std::filesystem::remove(path);
+}
+
+TEST(DeepSpeedImport, TomlFileOverridesTheDeepSpeedConfig) {
+  auto toml = write_temp("over.toml", "[offload]\nratio = 0.5\n");
+  auto loaded = so::config::load_config(ConfigSources{toml, kData + "superoffload_mode.json", kRequired}, 1);
+  EXPECT_DOUBLE_EQ(loaded.config.offload.ratio, 0.5);
+  EXPECT_EQ(loaded.config.zero.sub_group_size, 800'000'000);
+  std::filesystem::remove(toml);
+}
+
+}  // namespace
