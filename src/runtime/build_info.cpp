@@ -47,8 +47,8 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   out.emplace_back("Boost", std::to_string(BOOST_VERSION / 100000) + "." + std::to_string(BOOST_VERSION / 100 % 1000) +
                                 "." + std::to_string(BOOST_VERSION % 100));
   const unsigned hw = hwloc_get_api_version();
-  out.emplace_back("hwloc", std::to_string(hw >> 16) + "." + std::to_string((hw >> 8) & 0xff) + "." +
-                                std::to_string(hw & 0xff));
+  out.emplace_back("hwloc", std::string(HWLOC_VERSION) + " (API " + std::to_string(hw >> 16) + "." +
+                                std::to_string((hw >> 8) & 0xff) + ")");
   out.emplace_back("TOML++ / CLI11 / nlohmann-json", SUPEROFFLOAD_HEADER_LIBS);
   return out;
 }
