@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
 
   so::app::Run run;
   so::app::add_train_command(app, globals, run);
+  so::app::add_eval_command(app, globals, run);
   so::app::add_pending_commands(app, globals, run);
+  so::app::add_plugins_command(app, globals, run);
   so::app::add_config_command(app, globals, run);
   so::app::add_version_command(app, globals, run);
 

@@ -1,0 +1,87 @@
+// `superoffload eval --model HF_DIR --tokens FILE [--dump-logits OUT.h5]`: mean loss and
+// perplexity of a model over token sequences, computed in fp32 on rank 0, layer by layer
+// through the same model contract training uses.
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "app/commands.hpp"
+#include "io/hdf5_file.hpp"
+#include "model/load_model.hpp"
+#include "runtime/error.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::app {
+namespace {
+
+struct EvalOptions {
+  std::string model, tokens, dump_logits, plugin = "auto";
+};
+
+int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
+  bind_and_report(world, "auto");
+  if (world.rank() != 0) return 0;  // one process evaluates; the others only share the start-up
+  torch::NoGradGuard no_grad;
+  auto loaded = model::load_model(options.model, options.plugin, "pretrained", 0);
+  auto& layers = loaded.model->layers();
+
+  const auto file = io::Hdf5File::open_read(options.tokens);
+  const auto tokens_array = file.read_int64("tokens");
+  SO_CHECK(tokens_array.shape.size() == 2 && tokens_array.shape[1] >= 2,
+           options.tokens << ": dataset \"tokens\" must be 2-D [batch, seq] with seq >= 2");
+  const int64_t batch = static_cast<int64_t>(tokens_array.shape[0]), seq = static_cast<int64_t>(tokens_array.shape[1]);
+  const auto vocab = loaded.model->shape().vocab_size;
+  const auto tokens = at::from_blob(const_cast<int64_t*>(tokens_array.values.data()), {batch, seq}, at::kLong).clone();
+  SO_CHECK(tokens.min().item<int64_t>() >= 0 && tokens.max().item<int64_t>() < vocab,
+           options.tokens << ": token ids must lie in [0, " << vocab << ") for this model");
+
+  // Labels are the next tokens; the last position has none.
+  auto labels = at::full({batch, seq}, -100, at::kLong);
+  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
+  model::BatchContext context;
+  context.position_ids = at::arange(seq, at::kLong).unsqueeze(0).expand({batch, seq});
+
+  at::Tensor hidden = tokens;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) hidden = layers[i]->forward(hidden, context);
+  auto* head = dynamic_cast<model::HeadLayer*>(layers.back().get());
+  SO_CHECK(head, "plugin " << loaded.plugin.name << " did not end its layers with a HeadLayer");
+  const auto total = head->loss(hidden, labels, /*chunk_tokens=*/512, context);
+  const double mean = total.sum.item<double>() / static_cast<double>(total.tokens);
+  std::cout << "eval: " << batch << " sequence(s) x " << seq << " tokens, " << total.tokens << " predicted tokens\n"
+            << "mean loss " << mean << "\nperplexity " << std::exp(mean) << "\n";
+
+  if (!options.dump_logits.empty()) {
+    const auto logits = head->forward(hidden, context).to(at::kFloat).contiguous();
+    const auto per_token = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), {},
+                                                  at::Reduction::None, -100)
+                               .reshape({batch, seq})
+                               .contiguous();
+    auto out = io::Hdf5File::create(options.dump_logits);
+    out.write_float("logits", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq), static_cast<hsize_t>(logits.size(-1))},
+                    logits.data_ptr<float>());
+    // The last position has no next token: its loss is 0 and `loss_mask` is 0 there.
+    out.write_float("loss", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq)}, per_token.data_ptr<float>());
+    const auto mask = labels.ne(-100).to(at::kLong).contiguous();
+    out.write_int64("loss_mask", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq)}, mask.data_ptr<int64_t>());
+    std::cout << "logits and per-token loss written to " << options.dump_logits << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run) {
+  auto options = std::make_shared<EvalOptions>();
+  auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a HuggingFace model on token sequences");
+  eval->add_option("--model", options->model, "HuggingFace model directory")->required()->check(CLI::ExistingDirectory);
+  eval->add_option("--tokens", options->tokens, "HDF5 file with an int64 [batch, seq] dataset `tokens`")
+      ->required()
+      ->check(CLI::ExistingFile);
+  eval->add_option("--dump-logits", options->dump_logits,
+                   "Write fp32 logits [batch, seq, vocab] and per-token loss to this HDF5 file");
+  eval->add_option("--plugin", options->plugin, "Plugin: auto (from config.json), a name, or a .so path");
+  eval->callback([&run, options] { run = [options](const runtime::MpiWorld& world) { return run_eval(world, *options); }; });
+}
+
+}  // namespace superoffload::app

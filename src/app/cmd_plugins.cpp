@@ -1,0 +1,33 @@
+// `superoffload plugins`: every plugin file tried, what each handles, and why any was refused.
+#include <iostream>
+
+#include "app/commands.hpp"
+#include "model/plugin_loader.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::app {
+
+void add_plugins_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run) {
+  auto* command = app.add_subcommand("plugins", "List model plugins: every file tried, what it handles, why refused");
+  command->callback([&run] {
+    run = [](const runtime::MpiWorld& world) {
+      if (world.rank() != 0) return 0;
+      std::cout << "plugin search path (SUPEROFFLOAD_PLUGIN_PATH, then build and install directories):\n";
+      for (const auto& dir : model::plugin_search_dirs()) std::cout << "  " << dir << "\n";
+      const auto registry = model::PluginRegistry::discover();
+      if (registry.candidates().empty()) std::cout << "no plugin files found\n";
+      for (const auto& c : registry.candidates()) {
+        if (c.usable) {
+          std::cout << "ok       " << c.path << "\n         " << c.name << " " << c.version << ": ";
+          for (size_t i = 0; i < c.architectures.size(); ++i) std::cout << (i ? ", " : "") << c.architectures[i];
+          std::cout << "\n";
+        } else {
+          std::cout << "refused  " << c.path << "\n         " << c.refusal << "\n";
+        }
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace superoffload::app

@@ -1,0 +1,107 @@
+// Hdf5File implementation.
+#include "io/hdf5_file.hpp"
+
+#include <algorithm>
+
+#include "runtime/check_hdf5.hpp"
+
+namespace superoffload::io {
+
+Hdf5File Hdf5File::open_read(const std::string& path) {
+  Hdf5File file;
+  file.path_ = path;
+  file.file_ = Hdf5Handle(SO_CHECK_HDF5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "opening " << path),
+                          H5Fclose);
+  return file;
+}
+
+Hdf5File Hdf5File::create(const std::string& path) {
+  Hdf5File file;
+  file.path_ = path;
+  file.file_ = Hdf5Handle(SO_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                        "creating " << path),
+                          H5Fclose);
+  return file;
+}
+
+bool Hdf5File::has(const std::string& dataset) const {
+  return H5Lexists(file_.get(), dataset.c_str(), H5P_DEFAULT) > 0;
+}
+
+Hdf5Handle Hdf5File::open_dataset(const std::string& dataset) const {
+  SO_CHECK(has(dataset), path_ << " has no dataset \"" << dataset << "\"");
+  return Hdf5Handle(SO_CHECK_HDF5(H5Dopen2(file_.get(), dataset.c_str(), H5P_DEFAULT), "opening " << path_ << ":" << dataset),
+                    H5Dclose);
+}
+
+std::vector<hsize_t> Hdf5File::shape(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set.get()), path_ << ":" << dataset), H5Sclose);
+  const int rank = SO_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()), path_ << ":" << dataset);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  SO_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_ << ":" << dataset);
+  return dims;
+}
+
+namespace {
+
+template <class T>
+Array<T> read_all(const Hdf5File& file, hid_t dataset, hid_t memory_type, const std::string& name,
+                  std::vector<hsize_t> shape) {
+  Array<T> out;
+  out.shape = std::move(shape);
+  size_t count = 1;
+  for (auto d : out.shape) count *= d;
+  out.values.resize(count);
+  SO_CHECK_HDF5(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.values.data()),
+                "reading " << file.path() << ":" << name);
+  return out;
+}
+
+}  // namespace
+
+Array<int64_t> Hdf5File::read_int64(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  return read_all<int64_t>(*this, set.get(), H5T_NATIVE_INT64, dataset, shape(dataset));
+}
+
+Array<float> Hdf5File::read_float(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  return read_all<float>(*this, set.get(), H5T_NATIVE_FLOAT, dataset, shape(dataset));
+}
+
+void Hdf5File::write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type,
+                     const void* values) {
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
+                                       "dataspace for " << dataset),
+                         H5Sclose);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "properties for " << dataset), H5Pclose);
+  size_t count = 1;
+  for (auto d : shape) count *= d;
+  if (count > 0 && !shape.empty()) {
+    // Chunks of about 1 MiB along the first dimension; checksummed.
+    std::vector<hsize_t> chunk = shape;
+    size_t row = 1;
+    for (size_t i = 1; i < shape.size(); ++i) row *= shape[i];
+    chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(shape[0], (1u << 18) / std::max<size_t>(1, row)));
+    for (size_t i = 1; i < chunk.size(); ++i) chunk[i] = std::max<hsize_t>(1, chunk[i]);
+    SO_CHECK_HDF5(H5Pset_chunk(properties.get(), static_cast<int>(chunk.size()), chunk.data()), "chunking " << dataset);
+    SO_CHECK_HDF5(H5Pset_fletcher32(properties.get()), "checksumming " << dataset);
+  }
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file_.get(), dataset.c_str(), memory_type, space.get(), H5P_DEFAULT,
+                                                properties.get(), H5P_DEFAULT),
+                                     "creating " << path_ << ":" << dataset),
+                       H5Dclose);
+  SO_CHECK_HDF5(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
+                "writing " << path_ << ":" << dataset);
+}
+
+void Hdf5File::write_float(const std::string& dataset, const std::vector<hsize_t>& shape, const float* values) {
+  write(dataset, shape, H5T_NATIVE_FLOAT, values);
+}
+
+void Hdf5File::write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values) {
+  write(dataset, shape, H5T_NATIVE_INT64, values);
+}
+
+}  // namespace superoffload::io

@@ -1,0 +1,68 @@
+// A thin RAII layer over the HDF5 C API: files, and whole datasets read or written in one
+// call. Every call is checked (SO_CHECK_HDF5) and errors name the file and dataset.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace superoffload::io {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Hdf5Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hdf5Handle() = default;
+  Hdf5Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Hdf5Handle() { reset(); }
+  Hdf5Handle(Hdf5Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = H5I_INVALID_HID; }
+  Hdf5Handle& operator=(Hdf5Handle&& other) noexcept {
+    std::swap(id_, other.id_);
+    std::swap(closer_, other.closer_);
+    return *this;
+  }
+  Hdf5Handle(const Hdf5Handle&) = delete;
+  Hdf5Handle& operator=(const Hdf5Handle&) = delete;
+  void reset() {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t get() const { return id_; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+template <class T>
+struct Array {
+  std::vector<hsize_t> shape;
+  std::vector<T> values;  // row-major
+};
+
+class Hdf5File {
+ public:
+  static Hdf5File open_read(const std::string& path);
+  // Creates (or truncates) `path`.
+  static Hdf5File create(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& dataset) const;
+  std::vector<hsize_t> shape(const std::string& dataset) const;
+  // Values are converted by HDF5 from the stored integer / float type.
+  Array<int64_t> read_int64(const std::string& dataset) const;
+  Array<float> read_float(const std::string& dataset) const;
+  // Chunked, with Fletcher32 checksums.
+  void write_float(const std::string& dataset, const std::vector<hsize_t>& shape, const float* values);
+  void write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values);
+
+ private:
+  void write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type, const void* values);
+  Hdf5Handle open_dataset(const std::string& dataset) const;
+  std::string path_;
+  Hdf5Handle file_;
+};
+
+}  // namespace superoffload::io

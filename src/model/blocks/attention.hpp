@@ -1,0 +1,14 @@
+// Causal self-attention core over projected q, k, v: grouped-query heads, optional sliding
+// window, through at::scaled_dot_product_attention (fused kernels on GPU, math on CPU).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace superoffload::model {
+
+// q [batch, heads, seq, head_dim]; k, v [batch, kv_heads, seq, head_dim]. A token sees the
+// `sliding_window` most recent positions (itself included) when sliding_window > 0, else
+// all earlier ones. Returns [batch, seq, heads * head_dim].
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window);
+
+}  // namespace superoffload::model

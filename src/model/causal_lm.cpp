@@ -1,0 +1,99 @@
+// Base implementations of the model contract: HF names, chunked loss, initialisation, FLOPs.
+#include "model/causal_lm.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/autograd.h>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::model {
+namespace {
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> Layer::hf_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(hf_prefix_ + item.key(), item.value());
+  return out;
+}
+
+LossSum HeadLayer::loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
+                        const BatchContext& context) {
+  const int64_t seq = hidden.size(1);
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
+  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), 0};
+  for (int64_t start = 0; start < seq; start += chunk) {
+    const int64_t length = std::min(chunk, seq - start);
+    const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
+    const auto logits = forward(hidden.narrow(1, start, length), context).to(at::kFloat);
+    total.sum = total.sum + at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
+                                                   at::Reduction::Sum, -100);
+    total.tokens += chunk_labels.ne(-100).sum().item<int64_t>();
+  }
+  return total;
+}
+
+std::pair<LossSum, at::Tensor> HeadLayer::loss_and_backward(const at::Tensor& hidden, const at::Tensor& labels,
+                                                            int64_t chunk_tokens, double scale,
+                                                            const BatchContext& context) {
+  const auto input = hidden.detach().requires_grad_(true);
+  const int64_t seq = hidden.size(1);
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
+  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), 0};
+  for (int64_t start = 0; start < seq; start += chunk) {
+    const int64_t length = std::min(chunk, seq - start);
+    const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
+    const auto logits = forward(input.narrow(1, start, length), context).to(at::kFloat);
+    const auto chunk_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
+                                                   at::Reduction::Sum, -100);
+    (chunk_loss * scale).backward();  // frees this chunk's logits before the next
+    total.sum = total.sum + chunk_loss.detach();
+    total.tokens += chunk_labels.ne(-100).sum().item<int64_t>();
+  }
+  return {total, input.grad()};
+}
+
+void CausalLM::init_parameters(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const double std = initializer_range();
+  for (const auto& layer : layers()) {
+    for (auto& [name, tensor] : layer->hf_parameters()) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(seed ^ fnv1a(name));
+      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+        tensor.zero_();
+      } else if (tensor.dim() == 1) {
+        tensor.fill_(1.0);  // norm scales
+      } else {
+        // Drawn on the CPU in fp32 so the values are the same whatever the device and dtype.
+        tensor.copy_(at::empty(tensor.sizes(), at::kFloat).normal_(0.0, std, generator));
+      }
+    }
+  }
+}
+
+double CausalLM::flops_per_token(int64_t seq_len, bool activation_checkpointing) const {
+  const auto s = shape();
+  const double c = activation_checkpointing ? 4.0 : 3.0;
+  return c * (2.0 * static_cast<double>(s.active_parameters) +
+              4.0 * static_cast<double>(s.num_layers) * static_cast<double>(s.hidden_size) *
+                  static_cast<double>(seq_len));
+}
+
+std::vector<std::string> CausalLM::hf_parameter_names() const {
+  std::vector<std::string> out;
+  for (const auto& layer : layers()) {
+    for (const auto& [name, tensor] : layer->hf_parameters()) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace superoffload::model

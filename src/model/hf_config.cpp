@@ -1,0 +1,106 @@
+// HfConfig: typed access to config.json.
+#include "model/hf_config.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::model {
+
+HfConfig HfConfig::parse(const std::string& json_text, const std::string& path) {
+  HfConfig config;
+  config.path_ = path;
+  try {
+    config.json_ = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    SO_FAIL(path << ": not valid JSON: " << e.what() << hint("a HuggingFace config.json is a JSON object"));
+  }
+  SO_CHECK(config.json_.is_object(), path << ": a HuggingFace config.json must be a JSON object");
+  return config;
+}
+
+HfConfig HfConfig::load(const std::string& path) {
+  std::ifstream in(path);
+  SO_CHECK(in.good(), path << " cannot be read" << hint("[model] path must be a HuggingFace directory with config.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+const nlohmann::json* HfConfig::find(const std::string& key) const {
+  auto it = json_.find(key);
+  if (it == json_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool HfConfig::has(const std::string& key) const { return find(key) != nullptr; }
+
+void HfConfig::fail(const std::string& key, const std::string& problem) const {
+  SO_FAIL(path_ << ": key \"" << key << "\" " << problem);
+}
+
+int64_t HfConfig::integer(const std::string& key) const {
+  const auto* v = find(key);
+  if (!v) fail(key, "is missing");
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
+    return static_cast<int64_t>(v->get<double>());
+  }
+  fail(key, "must be an integer, not " + v->dump());
+}
+
+double HfConfig::number(const std::string& key) const {
+  const auto* v = find(key);
+  if (!v) fail(key, "is missing");
+  if (!v->is_number()) fail(key, "must be a number, not " + v->dump());
+  return v->get<double>();
+}
+
+bool HfConfig::boolean(const std::string& key) const {
+  const auto* v = find(key);
+  if (!v) fail(key, "is missing");
+  if (!v->is_boolean()) fail(key, "must be true or false, not " + v->dump());
+  return v->get<bool>();
+}
+
+std::string HfConfig::string(const std::string& key) const {
+  const auto* v = find(key);
+  if (!v) fail(key, "is missing");
+  if (!v->is_string()) fail(key, "must be a string, not " + v->dump());
+  return v->get<std::string>();
+}
+
+int64_t HfConfig::integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+double HfConfig::number(const std::string& key, double fallback) const { return has(key) ? number(key) : fallback; }
+bool HfConfig::boolean(const std::string& key, bool fallback) const { return has(key) ? boolean(key) : fallback; }
+std::string HfConfig::string(const std::string& key, const std::string& fallback) const {
+  return has(key) ? string(key) : fallback;
+}
+
+std::vector<std::string> HfConfig::strings(const std::string& key) const {
+  const auto* v = find(key);
+  if (!v) return {};
+  if (!v->is_array()) fail(key, "must be an array of strings, not " + v->dump());
+  std::vector<std::string> out;
+  for (const auto& element : *v) {
+    if (!element.is_string()) fail(key, "must be an array of strings, not " + v->dump());
+    out.push_back(element.get<std::string>());
+  }
+  return out;
+}
+
+const nlohmann::json& HfConfig::object(const std::string& key) const {
+  static const nlohmann::json null_json;
+  const auto* v = find(key);
+  if (!v) return null_json;
+  if (!v->is_object()) fail(key, "must be an object, not " + v->dump());
+  return *v;
+}
+
+std::string HfConfig::architecture() const {
+  auto names = strings("architectures");
+  return names.empty() ? std::string() : names.front();
+}
+
+}  // namespace superoffload::model

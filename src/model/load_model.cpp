@@ -1,0 +1,42 @@
+// Model loading for eval and training.
+#include "model/load_model.hpp"
+
+#include <filesystem>
+
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+#include "runtime/error.hpp"
+#include "runtime/logging.hpp"
+
+namespace superoffload::model {
+
+LoadedModel load_model(const std::string& directory, const std::string& plugin, const std::string& init,
+                       uint64_t seed) {
+  SO_CHECK(std::filesystem::is_directory(directory),
+           "model directory " << directory << " does not exist" << hint("[model] path / --model must name a HuggingFace model directory"));
+  LoadedModel out{HfConfig::load((std::filesystem::path(directory) / "config.json").string()), {}, nullptr, false};
+  const std::string architecture = out.config.architecture();
+  SO_CHECK(!architecture.empty() || plugin != "auto",
+           out.config.path() << " has no \"architectures\" entry" << hint("set [model] plugin to the plugin to use"));
+  auto registry = PluginRegistry::discover();
+  out.plugin = registry.select(plugin, architecture);
+  out.model = create_model(out.plugin, out.config);
+  SO_LOG(info) << "model " << architecture << " from " << directory << " built by plugin " << out.plugin.name << " "
+               << out.plugin.version << " (" << out.plugin.path << "), " << out.model->shape().total_parameters
+               << " parameters";
+
+  const bool has_weights = SafetensorsCheckpoint::exists_in(directory);
+  if (init == "random" || (init == "auto" && !has_weights)) {
+    out.model->init_parameters(seed);
+    SO_LOG(info) << "parameters initialised randomly (initializer_range " << out.model->initializer_range() << ", seed "
+                 << seed << ")";
+    return out;
+  }
+  SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\"");
+  auto checkpoint = SafetensorsCheckpoint::open(directory);
+  load_weights(*out.model, checkpoint);
+  out.pretrained = true;
+  return out;
+}
+
+}  // namespace superoffload::model

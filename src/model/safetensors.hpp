@@ -1,0 +1,110 @@
+// safetensors files, without LibTorch: a memory-mapped reader that validates the header
+// before anything is used (JSON well-formed, dtype known, shape × dtype size = byte range,
+// ranges inside the file and not overlapping), checkpoints sharded with
+// model.safetensors.index.json, and an atomic writer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace superoffload::model {
+
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, U16, U32, U64 };
+const char* dtype_name(DType dtype);  // "BF16"
+size_t dtype_size(DType dtype);
+
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;  // into the mapping; valid while the file is open
+  size_t bytes = 0;
+  int64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  // Throws superoffload::Error with a one-line message naming the file and the problem.
+  static std::shared_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const TensorView* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  void* mapping_ = nullptr;
+  size_t size_ = 0;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All weights of a HF model directory: model.safetensors, or the shards that
+// model.safetensors.index.json lists (each opened once, on first use).
+class SafetensorsCheckpoint {
+ public:
+  static SafetensorsCheckpoint open(const std::filesystem::path& directory);
+  static bool exists_in(const std::filesystem::path& directory);
+
+  std::vector<std::string> names() const;
+  // Throws naming the tensor and the checkpoint when absent.
+  const TensorView& get(const std::string& name);
+  bool contains(const std::string& name) const { return shard_of_.count(name) != 0; }
+
+ private:
+  std::filesystem::path directory_;
+  std::map<std::string, std::string> shard_of_;  // tensor → file name
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> open_;
+};
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // numel × dtype_size bytes, contiguous
+};
+
+// Writes one file atomically (temporary name, fsync, rename). Tensors are stored in the
+// order given.
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+// Writes a HF weights directory in shards of at most `max_shard_bytes` (a single tensor
+// larger than that gets a shard of its own): model-0000K-of-0000N.safetensors plus
+// model.safetensors.index.json, or model.safetensors when everything fits in one.
+class ShardedSafetensorsWriter {
+ public:
+  ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes);
+  // Buffers a copy of the tensor; a full shard is written out as soon as it is complete.
+  void add(const TensorToWrite& tensor);
+  // Writes the last shard, renames the shards to their final names and writes the index.
+  void finish();
+
+ private:
+  void flush_shard();
+  std::filesystem::path directory_;
+  size_t max_shard_bytes_;
+  struct Pending {
+    TensorToWrite header;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Pending> pending_;
+  size_t pending_bytes_ = 0;
+  std::vector<std::pair<std::string, std::vector<std::string>>> shards_;  // temp file, tensor names
+  size_t total_bytes_ = 0;
+};
+
+// Parses "5GB", "500MB", "2GiB", "1000000" into bytes (GB = 10^9, GiB = 2^30, as HF does).
+size_t parse_byte_size(const std::string& text);
+
+}  // namespace superoffload::model

@@ -1,0 +1,110 @@
+// Checkpoint → parameters.
+#include "model/weights.hpp"
+
+#include <set>
+#include <sstream>
+
+#include <torch/autograd.h>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::model {
+namespace {
+
+std::string list(const std::vector<std::string>& names) {
+  std::ostringstream os;
+  const size_t shown = std::min<size_t>(names.size(), 12);
+  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << names[i];
+  if (names.size() > shown) os << " … (" << names.size() - shown << " more)";
+  return os.str();
+}
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+// Tensors that checkpoints carry but that are buffers, not parameters, here.
+bool ignorable(const std::string& name) {
+  return name.size() >= 20 && name.compare(name.size() - 20, 20, ".rotary_emb.inv_freq") == 0;
+}
+
+}  // namespace
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return at::kDouble;
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::BOOL: return at::kBool;
+    case DType::F8_E4M3: return at::kFloat8_e4m3fn;
+    case DType::F8_E5M2: return at::kFloat8_e5m2;
+    case DType::U16: return at::kUInt16;
+    case DType::U32: return at::kUInt32;
+    case DType::U64: return at::kUInt64;
+  }
+  SO_FAIL("unknown safetensors dtype");
+}
+
+DType dtype_of(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return DType::F64;
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kLong: return DType::I64;
+    case at::kInt: return DType::I32;
+    default: SO_FAIL("no safetensors dtype for " << c10::toString(type));
+  }
+}
+
+at::Tensor as_tensor(const TensorView& view) {
+  // from_blob needs a mutable pointer; the tensor is only ever read.
+  return at::from_blob(const_cast<std::byte*>(view.data), view.shape, at::TensorOptions().dtype(scalar_type_of(view.dtype)));
+}
+
+void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+  std::set<std::string> aliases;
+  for (const auto& [owner, alias] : model.tied_parameters()) aliases.insert(alias);
+  std::set<std::string> expected;
+  std::vector<std::string> missing;
+  for (const auto& name : model.hf_parameter_names()) {
+    expected.insert(name);
+    if (!checkpoint.contains(name)) missing.push_back(name);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& name : checkpoint.names()) {
+    if (!expected.count(name) && !aliases.count(name) && !ignorable(name)) unexpected.push_back(name);
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string text = "the checkpoint does not match the model:";
+    if (!missing.empty()) text += " missing " + std::to_string(missing.size()) + " tensor(s): " + list(missing) + ".";
+    if (!unexpected.empty()) {
+      text += " unexpected " + std::to_string(unexpected.size()) + " tensor(s): " + list(unexpected) + ".";
+    }
+    throw Error(text, "check that config.json belongs to these weights and that the plugin handles the architecture",
+                Error::UserInput{});
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& layer : model.layers()) {
+    for (auto& [name, parameter] : layer->hf_parameters()) {
+      const auto& view = checkpoint.get(name);
+      const auto source = as_tensor(view);
+      if (source.sizes() != parameter.sizes()) {
+        throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
+                        shape_text(parameter.sizes()) + " in the model",
+                    "check that config.json belongs to these weights", Error::UserInput{});
+      }
+      parameter.copy_(source);  // converts dtype and device
+    }
+  }
+}
+
+}  // namespace superoffload::model
