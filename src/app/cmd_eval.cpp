@@ -48,6 +48,7 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
   SO_CHECK(head, "plugin " << loaded.plugin.name << " did not end its layers with a HeadLayer");
   const auto total = head->loss(hidden, labels, /*chunk_tokens=*/512, context);
   const double mean = total.sum.item<double>() / static_cast<double>(total.tokens);
+  std::cout.precision(9);
   std::cout << "eval: " << batch << " sequence(s) x " << seq << " tokens, " << total.tokens << " predicted tokens\n"
             << "mean loss " << mean << "\nperplexity " << std::exp(mean) << "\n";
 

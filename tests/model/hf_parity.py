@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Logits of `superoffload eval` against HuggingFace transformers, an independent reference.
+
+For one architecture: build a tiny random HF model (weights perturbed so that biases, norm
+scales and every option matter), save it as a HF directory with safetensors, run
+`superoffload eval --dump-logits` on random tokens, and compare logits (fp32, 1e-4 absolute)
+and the mean loss. With --corrupt, also check that a truncated weights file is refused with
+a one-line error instead of a crash.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+import transformers
+
+SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+
+# name: (config class, model class, extra config)
+ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "llama3": ("LlamaConfig", "LlamaForCausalLM",
+               dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                    rope_theta=500000.0, tie_word_embeddings=True, attention_bias=True, mlp_bias=True)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=8, head_dim=16)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1000000.0)),
+    "qwen2_sliding": ("Qwen2Config", "Qwen2ForCausalLM",
+                      dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32, tie_word_embeddings=True)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(partial_rotary_factor=0.5, pad_token_id=0)),
+    "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM", dict(attention_bias=True, attention_out_bias=False)),
+}
+
+
+def build(name, directory):
+    config_class, model_class, extra = ARCHITECTURES[name]
+    config = getattr(transformers, config_class)(**{**SMALL, **extra})
+    torch.manual_seed(1234)
+    model = getattr(transformers, model_class)._from_config(config, attn_implementation="eager",
+                                                              torch_dtype=torch.float32)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            # Non-trivial biases and norm scales, so that every parameter is checked.
+            p.add_(torch.randn_like(p) * (0.1 if p.dim() == 1 else 0.02))
+    model.eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    return model, config
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
+    parser.add_argument("--bin", required=True, help="path to build/bin/superoffload")
+    parser.add_argument("--corrupt", action="store_true", help="also check refusal of a truncated file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = os.path.join(tmp, "model")
+        model, config = build(args.arch, model_dir)
+        generator = torch.Generator().manual_seed(99)
+        tokens = torch.randint(0, config.vocab_size, (2, 17), generator=generator)
+        with h5py.File(os.path.join(tmp, "tokens.h5"), "w") as f:
+            f["tokens"] = tokens.numpy().astype(np.int64)
+        with torch.no_grad():
+            out = model(tokens, labels=tokens)
+        reference_logits = out.logits.float().numpy()
+
+        result = subprocess.run([args.bin, "eval", "--model", model_dir, "--tokens", os.path.join(tmp, "tokens.h5"),
+                                 "--dump-logits", os.path.join(tmp, "logits.h5")],
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            sys.exit(f"superoffload eval failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        with h5py.File(os.path.join(tmp, "logits.h5"), "r") as f:
+            logits = f["logits"][...]
+            loss_mask = f["loss_mask"][...]
+        assert logits.shape == reference_logits.shape, (logits.shape, reference_logits.shape)
+        assert loss_mask.sum() == tokens.numel() - tokens.shape[0]
+        diff = float(np.abs(logits - reference_logits).max())
+        mean_loss = float(next(l.split()[-1] for l in result.stdout.splitlines() if l.startswith("mean loss")))
+        loss_diff = abs(mean_loss - out.loss.item())
+        print(f"{args.arch}: max |logits - HF| = {diff:.2e}, loss {mean_loss:.6f} vs HF {out.loss.item():.6f}")
+        if diff > 1e-4 or loss_diff > 1e-4:
+            sys.exit(f"{args.arch}: superoffload eval differs from HF transformers")
+
+        if args.corrupt:
+            weights = os.path.join(model_dir, "model.safetensors")
+            size = os.path.getsize(weights)
+            with open(weights, "r+b") as f:
+                f.truncate(size - 100)
+            result = subprocess.run([args.bin, "eval", "--model", model_dir, "--tokens",
+                                     os.path.join(tmp, "tokens.h5")], capture_output=True, text=True, timeout=120)
+            text = result.stdout + result.stderr
+            if result.returncode == 0 or "invalid safetensors file" not in text or "(file truncated?)" not in text:
+                sys.exit(f"a truncated weights file was not refused clearly (exit {result.returncode}):\n{text}")
+            if result.returncode < 0 or "Segmentation" in text:
+                sys.exit(f"a truncated weights file crashed eval:\n{text}")
+            print("truncated weights file refused:", [l for l in text.splitlines() if "invalid safetensors" in l][0])
+
+
+if __name__ == "__main__":
+    main()
