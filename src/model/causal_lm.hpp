@@ -76,6 +76,11 @@ class CausalLM {
   virtual std::vector<std::pair<std::string, std::string>> tied_parameters() const { return {}; }
   // HF `initializer_range`: std of the normal initialisation.
   virtual double initializer_range() const = 0;
+  // HF's base_model_prefix ("transformer." for GPT-2): checkpoints saved from the bare base
+  // model omit it, and loading accepts either form.
+  virtual std::string checkpoint_prefix() const { return "model."; }
+  // Checkpoint tensors that are buffers, not parameters, here (e.g. stored causal masks).
+  virtual bool ignorable_checkpoint_tensor(const std::string& name) const { return false; }
 
   // Random initialisation without weights: norms 1, biases 0, the rest N(0, initializer_range).
   // Each tensor's generator is seeded from `seed` and its HF name, so the values do not

@@ -26,8 +26,19 @@ std::string shape_text(at::IntArrayRef shape) {
 }
 
 // Tensors that checkpoints carry but that are buffers, not parameters, here.
-bool ignorable(const std::string& name) {
-  return name.size() >= 20 && name.compare(name.size() - 20, 20, ".rotary_emb.inv_freq") == 0;
+bool ignorable(const CausalLM& model, const std::string& name) {
+  return name.ends_with(".rotary_emb.inv_freq") || model.ignorable_checkpoint_tensor(name);
+}
+
+// The checkpoint's name for a parameter: the HF name, or the name without the base-model
+// prefix in checkpoints saved from the base model alone.
+std::string checkpoint_name(const CausalLM& model, SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  if (checkpoint.contains(name)) return name;
+  const auto prefix = model.checkpoint_prefix();
+  if (!prefix.empty() && name.starts_with(prefix) && checkpoint.contains(name.substr(prefix.size()))) {
+    return name.substr(prefix.size());
+  }
+  return name;
 }
 
 }  // namespace
@@ -76,12 +87,13 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   std::set<std::string> expected;
   std::vector<std::string> missing;
   for (const auto& name : model.hf_parameter_names()) {
-    expected.insert(name);
-    if (!checkpoint.contains(name)) missing.push_back(name);
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    expected.insert(stored);
+    if (!checkpoint.contains(stored)) missing.push_back(name);
   }
   std::vector<std::string> unexpected;
   for (const auto& name : checkpoint.names()) {
-    if (!expected.count(name) && !aliases.count(name) && !ignorable(name)) unexpected.push_back(name);
+    if (!expected.count(name) && !aliases.count(name) && !ignorable(model, name)) unexpected.push_back(name);
   }
   if (!missing.empty() || !unexpected.empty()) {
     std::string text = "the checkpoint does not match the model:";
@@ -95,7 +107,7 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   torch::NoGradGuard no_grad;
   for (const auto& layer : model.layers()) {
     for (auto& [name, parameter] : layer->hf_parameters()) {
-      const auto& view = checkpoint.get(name);
+      const auto& view = checkpoint.get(checkpoint_name(model, checkpoint, name));
       const auto source = as_tensor(view);
       if (source.sizes() != parameter.sizes()) {
         throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +

@@ -35,12 +35,15 @@ ARCHITECTURES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32, tie_word_embeddings=True)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(partial_rotary_factor=0.5, pad_token_id=0)),
     "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM", dict(attention_bias=True, attention_out_bias=False)),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel",
+             dict(vocab_size=97, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0)),
 }
 
 
 def build(name, directory):
     config_class, model_class, extra = ARCHITECTURES[name]
-    config = getattr(transformers, config_class)(**{**SMALL, **extra})
+    base = {} if config_class == "GPT2Config" else SMALL
+    config = getattr(transformers, config_class)(**{**base, **extra})
     torch.manual_seed(1234)
     model = getattr(transformers, model_class)._from_config(config, attn_implementation="eager",
                                                               torch_dtype=torch.float32)
