@@ -56,11 +56,43 @@ def build(name, directory):
     return model, config
 
 
+def check_export(helper, model_dir, tmp, tokens, reference_logits):
+    """fp32 export: every tensor bitwise equal to the source, in several shards, and HF
+    transformers loads it with identical logits; bf16 export: the values rounded to bf16."""
+    from safetensors.torch import load_file
+
+    source = load_file(os.path.join(model_dir, "model.safetensors"))
+    out = os.path.join(tmp, "exported")
+    subprocess.run([helper, model_dir, out, "fp32", "20KB"], check=True, timeout=300)
+    index = os.path.join(out, "model.safetensors.index.json")
+    assert os.path.exists(index), "a 20KB shard limit must give a sharded export with an index"
+    exported = {}
+    for name in sorted(set(__import__("json").load(open(index))["weight_map"].values())):
+        exported.update(load_file(os.path.join(out, name)))
+    assert exported.keys() == source.keys(), (sorted(exported.keys() ^ source.keys()))
+    for name, tensor in source.items():
+        assert torch.equal(exported[name], tensor), f"{name} differs after export"
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager")
+    with torch.no_grad():
+        logits = reloaded(tokens).logits.float().numpy()
+    assert np.array_equal(logits, reference_logits), "HF logits of the exported model differ"
+
+    out16 = os.path.join(tmp, "exported_bf16")
+    subprocess.run([helper, model_dir, out16, "bf16", "5GB"], check=True, timeout=300)
+    bf16 = load_file(os.path.join(out16, "model.safetensors"))
+    for name, tensor in source.items():
+        assert bf16[name].dtype == torch.bfloat16 and torch.equal(bf16[name], tensor.to(torch.bfloat16)), name
+    print(f"export: {len(source)} tensors bitwise identical in fp32 ({len(os.listdir(out)) - 2} shards), "
+          "HF loads them with identical logits; bf16 export rounds as torch does")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
     parser.add_argument("--bin", required=True, help="path to build/bin/superoffload")
     parser.add_argument("--corrupt", action="store_true", help="also check refusal of a truncated file")
+    parser.add_argument("--export", metavar="EXPORT_ROUNDTRIP",
+                        help="also export with this helper: fp32 must be bitwise identical and load in HF")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -91,6 +123,9 @@ def main():
         print(f"{args.arch}: max |logits - HF| = {diff:.2e}, loss {mean_loss:.6f} vs HF {out.loss.item():.6f}")
         if diff > 1e-4 or loss_diff > 1e-4:
             sys.exit(f"{args.arch}: superoffload eval differs from HF transformers")
+
+        if args.export:
+            check_export(args.export, model_dir, tmp, tokens, reference_logits)
 
         if args.corrupt:
             weights = os.path.join(model_dir, "model.safetensors")
