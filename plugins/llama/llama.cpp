@@ -2,12 +2,11 @@
 // SwiGLU — LlamaForCausalLM (Llama 2, 3.x), MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // Qwen3ForCausalLM (per-head q/k RMSNorm), Phi3ForCausalLM (fused qkv_proj and gate_up_proj;
 // Phi-4) and SeedOssForCausalLM. Parameter names are exactly HF's.
-#include <torch/autograd.h>
-
-#include "model/blocks/attention.hpp"
+#include "model/blocks/decoder_layers.hpp"
 #include "model/blocks/linear.hpp"
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
+#include "model/blocks/self_attention.hpp"
 #include "model/plugin.hpp"
 #include "runtime/error.hpp"
 
@@ -86,57 +85,6 @@ Settings read_settings(const HfConfig& c) {
   return s;
 }
 
-class Attention : public torch::nn::Module {
- public:
-  explicit Attention(const Settings& s) : s_(s) {
-    const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
-    if (s.fused) {
-      qkv_proj = register_module("qkv_proj", std::make_shared<Linear>(s.hidden, q + 2 * kv, false));
-    } else {
-      q_proj = register_module("q_proj", std::make_shared<Linear>(s.hidden, q, s.qkv_bias));
-      k_proj = register_module("k_proj", std::make_shared<Linear>(s.hidden, kv, s.qkv_bias));
-      v_proj = register_module("v_proj", std::make_shared<Linear>(s.hidden, kv, s.qkv_bias));
-    }
-    o_proj = register_module("o_proj", std::make_shared<Linear>(q, s.hidden, s.o_bias));
-    if (s.qk_norm) {
-      q_norm = register_module("q_norm", std::make_shared<RMSNorm>(s.head_dim, s.eps));
-      k_norm = register_module("k_norm", std::make_shared<RMSNorm>(s.head_dim, s.eps));
-    }
-  }
-
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t window) {
-    const int64_t b = x.size(0), t = x.size(1);
-    at::Tensor q, k, v;
-    if (qkv_proj) {
-      const auto qkv = (*qkv_proj)(x);
-      const int64_t nq = s_.heads * s_.head_dim, nkv = s_.kv_heads * s_.head_dim;
-      q = qkv.narrow(-1, 0, nq);
-      k = qkv.narrow(-1, nq, nkv);
-      v = qkv.narrow(-1, nq + nkv, nkv);
-    } else {
-      q = (*q_proj)(x);
-      k = (*k_proj)(x);
-      v = (*v_proj)(x);
-    }
-    q = q.view({b, t, s_.heads, s_.head_dim});
-    k = k.view({b, t, s_.kv_heads, s_.head_dim});
-    v = v.view({b, t, s_.kv_heads, s_.head_dim});
-    if (q_norm) {
-      q = (*q_norm)(q);
-      k = (*k_norm)(k);
-    }
-    q = Rotary::apply(q.transpose(1, 2), cos, sin);
-    k = Rotary::apply(k.transpose(1, 2), cos, sin);
-    return (*o_proj)(model::causal_attention(q, k, v.transpose(1, 2), window));
-  }
-
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, qkv_proj, o_proj;
-  std::shared_ptr<RMSNorm> q_norm, k_norm;
-
- private:
-  Settings s_;
-};
-
 class Mlp : public torch::nn::Module {
  public:
   explicit Mlp(const Settings& s) {
@@ -158,30 +106,15 @@ class Mlp : public torch::nn::Module {
   std::shared_ptr<Linear> gate_proj, up_proj, gate_up_proj, down_proj;
 };
 
-class Embedding : public torch::nn::Module {
- public:
-  Embedding(int64_t vocab, int64_t hidden) { weight = register_parameter("weight", at::empty({vocab, hidden})); }
-  at::Tensor weight;
-};
-
-class EmbeddingLayer : public model::Layer {
- public:
-  explicit EmbeddingLayer(const Settings& s) : Layer("model.") {
-    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(s.vocab, s.hidden));
-  }
-  at::Tensor forward(const at::Tensor& ids, const BatchContext&) override {
-    return at::embedding(embed_tokens->weight, ids);
-  }
-  std::shared_ptr<Embedding> embed_tokens;
-};
-
 class DecoderBlock : public model::Layer {
  public:
   DecoderBlock(const Settings& s, int64_t index, std::shared_ptr<const Rotary> rotary)
       : Layer("model.layers." + std::to_string(index) + "."),
         rotary_(std::move(rotary)),
         window_(s.sliding_window[static_cast<size_t>(index)]) {
-    self_attn = register_module("self_attn", std::make_shared<Attention>(s));
+    model::SelfAttentionOptions attention{s.hidden, s.heads,  s.kv_heads, s.head_dim, s.qkv_bias,
+                                          s.o_bias, s.fused, s.qk_norm,  s.eps,      false};
+    self_attn = register_module("self_attn", std::make_shared<model::SelfAttention>(attention));
     mlp = register_module("mlp", std::make_shared<Mlp>(s));
     input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(s.hidden, s.eps));
     post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(s.hidden, s.eps));
@@ -191,7 +124,7 @@ class DecoderBlock : public model::Layer {
     const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_);
     return h + mlp->forward((*post_attention_layernorm)(h));
   }
-  std::shared_ptr<Attention> self_attn;
+  std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<Mlp> mlp;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
 
@@ -200,38 +133,15 @@ class DecoderBlock : public model::Layer {
   int64_t window_;
 };
 
-// Holds the final norm under "model." so its HF name is model.norm.weight.
-class FinalNorm : public torch::nn::Module {
- public:
-  FinalNorm(int64_t hidden, double eps) { norm = register_module("norm", std::make_shared<RMSNorm>(hidden, eps)); }
-  std::shared_ptr<RMSNorm> norm;
-};
-
-class Head : public model::HeadLayer {
- public:
-  Head(const Settings& s, std::shared_ptr<EmbeddingLayer> tied_to) : HeadLayer(""), tied_to_(std::move(tied_to)) {
-    model = register_module("model", std::make_shared<FinalNorm>(s.hidden, s.eps));
-    if (!tied_to_) lm_head = register_module("lm_head", std::make_shared<Linear>(s.hidden, s.vocab, false));
-  }
-  at::Tensor forward(const at::Tensor& hidden, const BatchContext&) override {
-    const auto normed = (*model->norm)(hidden);
-    return lm_head ? (*lm_head)(normed) : at::linear(normed, tied_to_->embed_tokens->weight);
-  }
-  std::shared_ptr<FinalNorm> model;
-  std::shared_ptr<Linear> lm_head;
-
- private:
-  std::shared_ptr<EmbeddingLayer> tied_to_;
-};
-
 class LlamaModel : public model::CausalLM {
  public:
   explicit LlamaModel(const HfConfig& config) : s_(read_settings(config)) {
     auto rotary = std::make_shared<const Rotary>(config, s_.head_dim);
-    auto embedding = std::make_shared<EmbeddingLayer>(s_);
+    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden);
     layers_.push_back(embedding);
     for (int64_t i = 0; i < s_.layers; ++i) layers_.push_back(std::make_shared<DecoderBlock>(s_, i, rotary));
-    layers_.push_back(std::make_shared<Head>(s_, s_.tie_embeddings ? embedding : nullptr));
+    layers_.push_back(
+        std::make_shared<model::NormHeadLayer>(s_.hidden, s_.vocab, s_.eps, s_.tie_embeddings ? embedding : nullptr));
   }
   const std::vector<std::shared_ptr<model::Layer>>& layers() const override { return layers_; }
   model::ModelShape shape() const override {

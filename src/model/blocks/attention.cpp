@@ -1,26 +1,58 @@
 // Causal attention with GQA and sliding windows.
 #include "model/blocks/attention.hpp"
 
+#include <cmath>
+#include <limits>
+
 namespace superoffload::model {
 
+namespace {
+
+// Query i may see key j: j <= i, and i - j < window when a window is set.
+at::Tensor visibility(int64_t seq, int64_t window, const at::TensorOptions& options) {
+  const auto i = at::arange(seq, options.dtype(at::kLong)).unsqueeze(1);
+  const auto j = at::arange(seq, options.dtype(at::kLong)).unsqueeze(0);
+  auto allowed = j <= i;
+  if (window > 0) allowed = allowed.logical_and(i - j < window);
+  return allowed;
+}
+
+at::Tensor repeat_kv(const at::Tensor& x, int64_t heads) {
+  return x.size(1) == heads ? x : x.repeat_interleave(heads / x.size(1), 1);
+}
+
+}  // namespace
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window) {
-  const int64_t heads = q.size(1), kv_heads = k.size(1), seq = q.size(2);
-  at::Tensor key = k, value = v;
-  if (kv_heads != heads) {
-    // Each kv head serves heads / kv_heads consecutive query heads.
-    key = k.repeat_interleave(heads / kv_heads, 1);
-    value = v.repeat_interleave(heads / kv_heads, 1);
-  }
+  const int64_t heads = q.size(1), seq = q.size(2);
+  // Each kv head serves heads / kv_heads consecutive query heads.
+  const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
   at::Tensor out;
   if (sliding_window > 0 && sliding_window < seq) {
-    const auto i = at::arange(seq, q.options().dtype(at::kLong)).unsqueeze(1);
-    const auto j = at::arange(seq, q.options().dtype(at::kLong)).unsqueeze(0);
-    const auto allowed = (j <= i).logical_and(i - j < sliding_window);
-    out = at::scaled_dot_product_attention(q, key, value, allowed, 0.0, /*is_causal=*/false);
+    out = at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, q.options()), 0.0,
+                                           /*is_causal=*/false);
   } else {
     out = at::scaled_dot_product_attention(q, key, value, {}, 0.0, /*is_causal=*/true);
   }
   return out.transpose(1, 2).reshape({q.size(0), seq, heads * q.size(3)});
+}
+
+}  // namespace superoffload::model
+
+namespace superoffload::model {
+
+at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       int64_t sliding_window, const at::Tensor& sinks) {
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
+  auto scores = at::matmul(q, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  scores = scores.masked_fill(visibility(seq, sliding_window, q.options()).logical_not(),
+                              -std::numeric_limits<double>::infinity());
+  const auto sink = sinks.to(scores.scalar_type()).reshape({1, heads, 1, 1}).expand({batch, heads, seq, 1});
+  auto combined = at::cat({scores, sink}, -1);
+  combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+  const auto probs = at::softmax(combined, -1).narrow(-1, 0, seq).to(value.scalar_type());
+  return at::matmul(probs, value).transpose(1, 2).reshape({batch, seq, heads * head_dim});
 }
 
 }  // namespace superoffload::model

@@ -11,4 +11,9 @@ namespace superoffload::model {
 // all earlier ones. Returns [batch, seq, heads * head_dim].
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window);
 
+// The same with a learned sink logit per head (GPT-OSS): an extra softmax column that takes
+// probability mass and is then dropped. Computed explicitly (no fused kernel has sinks).
+at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       int64_t sliding_window, const at::Tensor& sinks);
+
 }  // namespace superoffload::model

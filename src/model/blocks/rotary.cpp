@@ -8,16 +8,17 @@
 
 namespace superoffload::model {
 
-Rotary::Rotary(const HfConfig& config, int64_t head_dim) {
+Rotary::Rotary(const HfConfig& config, int64_t head_dim, const nlohmann::json& defaults) {
   // Newer configs: "rope_parameters": {"rope_type", "rope_theta", ...}. Older ones:
   // "rope_theta" and "rope_scaling": {"type" or "rope_type", "factor", ...}.
   nlohmann::json params = config.object("rope_parameters");
+  const double default_theta = defaults.is_object() ? defaults.value("rope_theta", 10000.0) : 10000.0;
   if (params.is_null()) {
     params = config.object("rope_scaling");
-    if (params.is_null()) params = nlohmann::json::object();
-    params["rope_theta"] = config.number("rope_theta", 10000.0);
+    if (params.is_null()) params = defaults.is_object() ? defaults : nlohmann::json::object();
+    params["rope_theta"] = config.number("rope_theta", default_theta);
   }
-  if (!params.contains("rope_theta")) params["rope_theta"] = config.number("rope_theta", 10000.0);
+  if (!params.contains("rope_theta")) params["rope_theta"] = config.number("rope_theta", default_theta);
   std::string type = params.value("rope_type", params.value("type", std::string("default")));
   const double theta = params["rope_theta"].get<double>();
   const double partial = params.value("partial_rotary_factor", config.number("partial_rotary_factor", 1.0));
@@ -41,8 +42,41 @@ Rotary::Rotary(const HfConfig& config, int64_t head_dim) {
     const auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
     const auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     inv_freq_ = at::where(medium, smoothed, scaled);
+  } else if (type == "yarn") {
+    // YaRN (GPT-OSS): interpolate low frequencies, keep high ones, ramp between; scale
+    // cos/sin by the attention factor.
+    double factor = params.value("factor", 0.0);
+    const double original = params.at("original_max_position_embeddings").get<double>();
+    if (factor <= 0) factor = config.number("max_position_embeddings") / original;
+    auto get_mscale = [](double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; };
+    if (params.contains("attention_factor") && !params["attention_factor"].is_null()) {
+      attention_scaling_ = params["attention_factor"].get<double>();
+    } else if (params.value("mscale", 0.0) != 0.0 && params.value("mscale_all_dim", 0.0) != 0.0) {
+      attention_scaling_ = get_mscale(factor, params["mscale"].get<double>()) /
+                           get_mscale(factor, params["mscale_all_dim"].get<double>());
+    } else {
+      attention_scaling_ = get_mscale(factor, 1.0);
+    }
+    const double beta_fast = params.value("beta_fast", 32.0), beta_slow = params.value("beta_slow", 1.0);
+    const bool truncate = params.value("truncate", true);
+    const double dim = static_cast<double>(rotary_dim_);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+    if (truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    const auto ramp = ((at::arange(rotary_dim_ / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    const auto extrapolation_factor = 1 - ramp;
+    const auto interpolation = inv_freq_ / factor;
+    inv_freq_ = interpolation * (1 - extrapolation_factor) + inv_freq_ * extrapolation_factor;
   } else {
-    SO_FAIL(config.path() << ": RoPE type \"" << type << "\" is not supported (supported: default, linear, llama3)");
+    SO_FAIL(config.path() << ": RoPE type \"" << type << "\" is not supported (supported: default, linear, llama3, yarn)");
   }
 }
 

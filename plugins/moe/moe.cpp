@@ -1,0 +1,330 @@
+// The moe plugin: mixture-of-experts decoders — Qwen3MoeForCausalLM and MixtralForCausalLM
+// (softmax top-k routing, norm_topk_prob) and GptOssForCausalLM (router with bias, top-k
+// softmax, clamped SwiGLU experts with biases, attention sinks, alternating sliding-window
+// and full attention, YaRN RoPE). Each expert runs only on the tokens routed to it.
+//
+// Load-balancing loss: when config.json sets output_router_logits (as HF requires for it to
+// count), each MoE layer adds router_aux_loss_coef · E · Σ_e f_e · P_e / (MoE layers) to
+// BatchContext::aux_losses — the Switch-Transformer loss per layer, averaged. HF computes the
+// same quantity over all layers' tokens at once; layer-by-layer execution needs it per layer.
+#include "model/blocks/decoder_layers.hpp"
+#include "model/blocks/linear.hpp"
+#include "model/blocks/rms_norm.hpp"
+#include "model/blocks/rotary.hpp"
+#include "model/blocks/self_attention.hpp"
+#include "model/plugin.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::plugins::moe {
+namespace {
+
+using model::BatchContext;
+using model::HfConfig;
+using model::Linear;
+
+enum class Family { qwen3_moe, mixtral, gpt_oss };
+
+struct Settings {
+  Family family = Family::qwen3_moe;
+  int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t experts = 0, top_k = 0, expert_intermediate = 0, dense_intermediate = 0;
+  double eps = 1e-6, initializer_range = 0.02;
+  bool tie_embeddings = false, attention_bias = false, norm_topk_prob = true;
+  double aux_loss_coef = 0.0;  // 0 unless output_router_logits
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  std::vector<int64_t> sliding_window;  // per layer, 0 = full
+  std::vector<bool> sparse;             // per layer: MoE or dense MLP (Qwen3-MoE mlp_only_layers)
+  int64_t moe_layers = 0;
+};
+
+Settings read_settings(const HfConfig& c) {
+  Settings s;
+  const auto arch = c.architecture();
+  s.family = arch == "MixtralForCausalLM" ? Family::mixtral
+             : arch == "GptOssForCausalLM" ? Family::gpt_oss
+                                           : Family::qwen3_moe;
+  s.vocab = c.integer("vocab_size");
+  s.hidden = c.integer("hidden_size");
+  s.layers = c.integer("num_hidden_layers");
+  s.heads = c.integer("num_attention_heads");
+  s.kv_heads = c.integer("num_key_value_heads", s.heads);
+  s.head_dim = c.integer("head_dim", s.hidden / s.heads);
+  s.eps = c.number("rms_norm_eps", 1e-6);
+  s.initializer_range = c.number("initializer_range", 0.02);
+  s.tie_embeddings = c.boolean("tie_word_embeddings", false);
+  s.top_k = c.integer("num_experts_per_tok");
+  if (c.boolean("output_router_logits", false)) s.aux_loss_coef = c.number("router_aux_loss_coef", 0.001);
+  const std::string act = c.string("hidden_act", "silu");
+  SO_CHECK(s.family == Family::gpt_oss || act == "silu",
+           c.path() << ": hidden_act \"" << act << "\" is not supported by the moe plugin (silu only)");
+
+  switch (s.family) {
+    case Family::qwen3_moe:
+      // Published configs say num_experts; transformers 5 writes num_local_experts.
+      s.experts = c.has("num_experts") ? c.integer("num_experts") : c.integer("num_local_experts");
+      s.expert_intermediate = c.integer("moe_intermediate_size");
+      s.dense_intermediate = c.integer("intermediate_size");
+      s.norm_topk_prob = c.boolean("norm_topk_prob", false);
+      s.attention_bias = c.boolean("attention_bias", false);
+      break;
+    case Family::mixtral:
+      s.experts = c.integer("num_local_experts");
+      s.expert_intermediate = c.integer("intermediate_size");
+      SO_CHECK(c.number("router_jitter_noise", 0.0) == 0.0,
+               c.path() << ": router_jitter_noise > 0 is not supported (the published Mixtral configs use 0)");
+      break;
+    case Family::gpt_oss:
+      s.experts = c.integer("num_local_experts");
+      s.expert_intermediate = c.integer("intermediate_size");
+      s.attention_bias = c.boolean("attention_bias", true);
+      s.swiglu_alpha = c.number("swiglu_alpha", 1.702);
+      s.swiglu_limit = c.number("swiglu_limit", 7.0);
+      break;
+  }
+  SO_CHECK(s.top_k >= 1 && s.top_k <= s.experts,
+           c.path() << ": num_experts_per_tok " << s.top_k << " must lie in [1, " << s.experts << "]");
+
+  // Which layers are MoE: all, except Qwen3-MoE's mlp_only_layers and decoder_sparse_step.
+  s.sparse.assign(static_cast<size_t>(s.layers), true);
+  if (s.family == Family::qwen3_moe) {
+    const int64_t step = c.integer("decoder_sparse_step", 1);
+    std::vector<int64_t> dense_only;
+    if (c.has("mlp_only_layers")) dense_only = c.raw().at("mlp_only_layers").get<std::vector<int64_t>>();
+    for (int64_t i = 0; i < s.layers; ++i) {
+      const bool listed = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end();
+      s.sparse[static_cast<size_t>(i)] = !listed && s.experts > 0 && step > 0 && (i + 1) % step == 0;
+    }
+  }
+  s.moe_layers = std::count(s.sparse.begin(), s.sparse.end(), true);
+
+  const int64_t window = c.integer("sliding_window", s.family == Family::gpt_oss ? 128 : 0);
+  s.sliding_window.assign(static_cast<size_t>(s.layers), 0);
+  auto types = c.strings("layer_types");
+  if (types.empty() && s.family == Family::gpt_oss) {
+    for (int64_t i = 0; i < s.layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  if (!types.empty()) {
+    SO_CHECK(static_cast<int64_t>(types.size()) == s.layers,
+             c.path() << ": layer_types has " << types.size() << " entries for " << s.layers << " layers");
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] == "sliding_attention") s.sliding_window[i] = window;
+    }
+  } else if (window > 0 && (s.family == Family::mixtral || c.boolean("use_sliding_window", false))) {
+    const int64_t first = s.family == Family::mixtral ? 0 : c.integer("max_window_layers", s.layers);
+    for (int64_t i = first; i < s.layers; ++i) s.sliding_window[static_cast<size_t>(i)] = window;
+  }
+  return s;
+}
+
+// One SwiGLU expert with its HF module names (Qwen3-MoE: gate/up/down_proj; Mixtral: w1/w3/w2).
+class Expert : public torch::nn::Module {
+ public:
+  Expert(const Settings& s, int64_t intermediate) {
+    const bool mixtral = s.family == Family::mixtral;
+    gate = register_module(mixtral ? "w1" : "gate_proj", std::make_shared<Linear>(s.hidden, intermediate, false));
+    up = register_module(mixtral ? "w3" : "up_proj", std::make_shared<Linear>(s.hidden, intermediate, false));
+    down = register_module(mixtral ? "w2" : "down_proj", std::make_shared<Linear>(intermediate, s.hidden, false));
+  }
+  at::Tensor forward(const at::Tensor& x) { return (*down)(at::silu((*gate)(x)) * (*up)(x)); }
+  std::shared_ptr<Linear> gate, up, down;
+};
+
+// GPT-OSS experts: all experts' weights in 3-D tensors, gate and up interleaved.
+class FusedExperts : public torch::nn::Module {
+ public:
+  explicit FusedExperts(const Settings& s) : alpha_(s.swiglu_alpha), limit_(s.swiglu_limit) {
+    const int64_t e = s.experts, h = s.hidden, i = s.expert_intermediate;
+    gate_up_proj = register_parameter("gate_up_proj", at::empty({e, h, 2 * i}));
+    gate_up_proj_bias = register_parameter("gate_up_proj_bias", at::zeros({e, 2 * i}));
+    down_proj = register_parameter("down_proj", at::empty({e, i, h}));
+    down_proj_bias = register_parameter("down_proj_bias", at::zeros({e, h}));
+  }
+  at::Tensor forward(int64_t expert, const at::Tensor& x) {
+    const auto gate_up = at::addmm(gate_up_proj_bias[expert], x, gate_up_proj[expert]);
+    const auto gate = gate_up.slice(-1, 0, gate_up.size(-1), 2).clamp_max(limit_);
+    const auto up = gate_up.slice(-1, 1, gate_up.size(-1), 2).clamp(-limit_, limit_);
+    const auto glu = gate * at::sigmoid(gate * alpha_);
+    return at::addmm(down_proj_bias[expert], (up + 1) * glu, down_proj[expert]);
+  }
+  at::Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
+
+ private:
+  double alpha_, limit_;
+};
+
+// Experts "0", "1", … as children, so their names are experts.<e>.<projection>.weight.
+class ExpertList : public torch::nn::Module {
+ public:
+  ExpertList(const Settings& s) {
+    for (int64_t e = 0; e < s.experts; ++e) {
+      experts.push_back(register_module(std::to_string(e), std::make_shared<Expert>(s, s.expert_intermediate)));
+    }
+  }
+  std::vector<std::shared_ptr<Expert>> experts;
+};
+
+class SparseMoe : public torch::nn::Module {
+ public:
+  explicit SparseMoe(const Settings& s) : s_(s) {
+    if (s.family == Family::gpt_oss) {
+      router = register_module("router", std::make_shared<Linear>(s.hidden, s.experts, true));
+      fused = register_module("experts", std::make_shared<FusedExperts>(s));
+    } else {
+      router = register_module("gate", std::make_shared<Linear>(s.hidden, s.experts, false));
+      list = register_module("experts", std::make_shared<ExpertList>(s));
+    }
+  }
+
+  at::Tensor forward(const at::Tensor& x, const BatchContext& context) {
+    const auto shape = x.sizes().vec();
+    const auto tokens = x.reshape({-1, s_.hidden});
+    const auto logits = (*router)(tokens);  // [T, E]
+    at::Tensor weights, indices;
+    if (s_.family == Family::gpt_oss) {
+      auto [top, idx] = logits.topk(s_.top_k, -1);
+      weights = at::softmax(top, 1);
+      indices = idx;
+    } else {
+      const auto probs = at::softmax(logits.to(at::kFloat), -1);
+      auto [top, idx] = probs.topk(s_.top_k, -1);
+      if (s_.family == Family::mixtral || s_.norm_topk_prob) top = top / top.sum(-1, true);
+      weights = top.to(logits.scalar_type());
+      indices = idx;
+    }
+    if (s_.aux_loss_coef > 0 && context.aux_losses) context.aux_losses->push_back(aux_loss(logits));
+
+    // Group the (token, slot) pairs by expert; each expert sees only its own tokens.
+    const int64_t n_tokens = tokens.size(0);
+    const auto flat_expert = indices.reshape({-1});
+    const auto order = flat_expert.argsort(/*stable=*/true);
+    const auto token_of = at::arange(n_tokens, indices.options()).repeat_interleave(s_.top_k).index_select(0, order);
+    const auto weight_of = weights.reshape({-1}).index_select(0, order);
+    const auto counts = at::bincount(flat_expert, {}, s_.experts).to(at::kCPU);
+    const auto* count = counts.data_ptr<int64_t>();
+    auto out = at::zeros_like(tokens);
+    int64_t offset = 0;
+    for (int64_t e = 0; e < s_.experts; ++e) {
+      if (count[e] == 0) continue;
+      const auto routed = token_of.narrow(0, offset, count[e]);
+      const auto input = tokens.index_select(0, routed);
+      const auto y = fused ? fused->forward(e, input) : list->experts[static_cast<size_t>(e)]->forward(input);
+      out.index_add_(0, routed, y * weight_of.narrow(0, offset, count[e]).unsqueeze(1).to(y.scalar_type()));
+      offset += count[e];
+    }
+    return out.view(shape);
+  }
+
+  std::shared_ptr<Linear> router;
+  std::shared_ptr<ExpertList> list;
+  std::shared_ptr<FusedExperts> fused;
+
+ private:
+  at::Tensor aux_loss(const at::Tensor& logits) const {
+    const auto probs = at::softmax(logits.to(at::kFloat), -1);
+    const auto selected = std::get<1>(probs.topk(s_.top_k, -1));
+    const auto tokens_per_expert = at::one_hot(selected, s_.experts).to(at::kFloat).mean(0);  // [k, E]
+    const auto prob_per_expert = probs.mean(0);                                                // [E]
+    const auto loss = (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(s_.experts);
+    return loss * (s_.aux_loss_coef / static_cast<double>(std::max<int64_t>(1, s_.moe_layers)));
+  }
+  Settings s_;
+};
+
+class DenseMlp : public torch::nn::Module {
+ public:
+  explicit DenseMlp(const Settings& s) {
+    gate_proj = register_module("gate_proj", std::make_shared<Linear>(s.hidden, s.dense_intermediate, false));
+    up_proj = register_module("up_proj", std::make_shared<Linear>(s.hidden, s.dense_intermediate, false));
+    down_proj = register_module("down_proj", std::make_shared<Linear>(s.dense_intermediate, s.hidden, false));
+  }
+  at::Tensor forward(const at::Tensor& x) { return (*down_proj)(at::silu((*gate_proj)(x)) * (*up_proj)(x)); }
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+};
+
+class DecoderBlock : public model::Layer {
+ public:
+  DecoderBlock(const Settings& s, int64_t index, std::shared_ptr<const model::Rotary> rotary)
+      : Layer("model.layers." + std::to_string(index) + "."),
+        rotary_(std::move(rotary)),
+        window_(s.sliding_window[static_cast<size_t>(index)]) {
+    model::SelfAttentionOptions attention{s.hidden, s.heads, s.kv_heads, s.head_dim, s.attention_bias,
+                                          s.attention_bias && s.family == Family::gpt_oss, false,
+                                          s.family == Family::qwen3_moe, s.eps, s.family == Family::gpt_oss};
+    self_attn = register_module("self_attn", std::make_shared<model::SelfAttention>(attention));
+    if (s.sparse[static_cast<size_t>(index)]) {
+      moe = register_module(s.family == Family::mixtral ? "block_sparse_moe" : "mlp", std::make_shared<SparseMoe>(s));
+    } else {
+      dense = register_module("mlp", std::make_shared<DenseMlp>(s));
+    }
+    input_layernorm = register_module("input_layernorm", std::make_shared<model::RMSNorm>(s.hidden, s.eps));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", std::make_shared<model::RMSNorm>(s.hidden, s.eps));
+  }
+  at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
+    const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
+    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_);
+    const auto normed = (*post_attention_layernorm)(h);
+    return h + (moe ? moe->forward(normed, context) : dense->forward(normed));
+  }
+  std::shared_ptr<model::SelfAttention> self_attn;
+  std::shared_ptr<SparseMoe> moe;
+  std::shared_ptr<DenseMlp> dense;
+  std::shared_ptr<model::RMSNorm> input_layernorm, post_attention_layernorm;
+
+ private:
+  std::shared_ptr<const model::Rotary> rotary_;
+  int64_t window_;
+};
+
+class MoeModel : public model::CausalLM {
+ public:
+  explicit MoeModel(const HfConfig& config) : s_(read_settings(config)) {
+    // GPT-OSS configs without rope settings mean YaRN with these values (HF's defaults).
+    nlohmann::json rope_defaults;
+    if (s_.family == Family::gpt_oss) {
+      rope_defaults = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                       {"truncate", false}, {"original_max_position_embeddings", 4096}, {"rope_theta", 150000.0}};
+    }
+    auto rotary = std::make_shared<const model::Rotary>(config, s_.head_dim, rope_defaults);
+    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden);
+    layers_.push_back(embedding);
+    for (int64_t i = 0; i < s_.layers; ++i) layers_.push_back(std::make_shared<DecoderBlock>(s_, i, rotary));
+    layers_.push_back(
+        std::make_shared<model::NormHeadLayer>(s_.hidden, s_.vocab, s_.eps, s_.tie_embeddings ? embedding : nullptr));
+  }
+  const std::vector<std::shared_ptr<model::Layer>>& layers() const override { return layers_; }
+  bool is_moe() const override { return true; }
+  model::ModelShape shape() const override {
+    model::ModelShape shape{s_.layers, s_.hidden, s_.vocab, 0, 0};
+    int64_t expert_parameters = 0;
+    for (const auto& layer : layers_) {
+      for (const auto& [name, tensor] : layer->hf_parameters()) {
+        shape.total_parameters += tensor.numel();
+        if (name.find(".experts.") != std::string::npos) expert_parameters += tensor.numel();
+      }
+    }
+    // A token passes through top_k of the experts' weights.
+    shape.active_parameters =
+        shape.total_parameters - expert_parameters + expert_parameters * s_.top_k / std::max<int64_t>(1, s_.experts);
+    return shape;
+  }
+  std::vector<std::pair<std::string, std::string>> tied_parameters() const override {
+    if (!s_.tie_embeddings) return {};
+    return {{"model.embed_tokens.weight", "lm_head.weight"}};
+  }
+  double initializer_range() const override { return s_.initializer_range; }
+
+ private:
+  Settings s_;
+  std::vector<std::shared_ptr<model::Layer>> layers_;
+};
+
+std::unique_ptr<model::CausalLM> make_model(const HfConfig& config) { return std::make_unique<MoeModel>(config); }
+
+const char* const kArchitectures[] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM", nullptr};
+
+}  // namespace
+}  // namespace superoffload::plugins::moe
+
+SUPEROFFLOAD_PLUGIN("moe", "1.0.0", superoffload::plugins::moe::kArchitectures,
+                    &superoffload::plugins::moe::make_model)
