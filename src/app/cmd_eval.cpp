@@ -41,6 +41,8 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
   labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
   model::BatchContext context;
   context.position_ids = at::arange(seq, at::kLong).unsqueeze(0).expand({batch, seq});
+  std::vector<at::Tensor> aux_losses;  // MoE load balancing, when the model's config enables it
+  context.aux_losses = &aux_losses;
 
   at::Tensor hidden = tokens;
   for (size_t i = 0; i + 1 < layers.size(); ++i) hidden = layers[i]->forward(hidden, context);
@@ -51,6 +53,11 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
   std::cout.precision(9);
   std::cout << "eval: " << batch << " sequence(s) x " << seq << " tokens, " << total.tokens << " predicted tokens\n"
             << "mean loss " << mean << "\nperplexity " << std::exp(mean) << "\n";
+  if (!aux_losses.empty()) {
+    double aux = 0;
+    for (const auto& a : aux_losses) aux += a.item<double>();
+    std::cout << "aux loss " << aux << " (router load balancing, weighted by router_aux_loss_coef)\n";
+  }
 
   if (!options.dump_logits.empty()) {
     const auto logits = head->forward(hidden, context).to(at::kFloat).contiguous();

@@ -41,6 +41,30 @@ std::string checkpoint_name(const CausalLM& model, SafetensorsCheckpoint& checkp
   return name;
 }
 
+// Published GPT-OSS checkpoints store expert weights as MXFP4: <name>_blocks (uint8, two
+// e2m1 values per byte, low nibble first, 32 values per group) and <name>_scales (uint8
+// exponents, bias 127) with rows = output features. HF dequantizes them to [experts, in, out].
+bool is_mxfp4(SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  return !checkpoint.contains(name) && checkpoint.contains(name + "_blocks") && checkpoint.contains(name + "_scales");
+}
+
+at::Tensor dequantize_mxfp4(const TensorView& blocks_view, const TensorView& scales_view) {
+  static const float kFp4[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const auto blocks = as_tensor(blocks_view);  // [*prefix, groups, 16]
+  const auto scales = as_tensor(scales_view).to(at::kInt) - 127;
+  SO_CHECK(blocks.dim() >= 3 && blocks.sizes().slice(0, blocks.dim() - 1) == scales.sizes(),
+           "MXFP4 tensors " << blocks_view.name << " and " << scales_view.name << " have inconsistent shapes");
+  const auto lut = at::from_blob(const_cast<float*>(kFp4), {16}, at::kFloat);
+  const auto low = lut.index({(blocks.bitwise_and(0x0F)).to(at::kLong)});
+  const auto high = lut.index({(blocks.bitwise_right_shift(4)).to(at::kLong)});
+  auto values = at::stack({low, high}, -1).flatten(-2);  // [*prefix, groups, 32]
+  values = at::ldexp(values, scales.unsqueeze(-1).to(at::kFloat));
+  auto shape = scales.sizes().vec();
+  shape.back() *= 32;
+  return values.reshape(shape).transpose(1, 2).contiguous();  // [experts, in, out]
+}
+
 }  // namespace
 
 at::ScalarType scalar_type_of(DType dtype) {
@@ -88,6 +112,11 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   std::vector<std::string> missing;
   for (const auto& name : model.hf_parameter_names()) {
     const auto stored = checkpoint_name(model, checkpoint, name);
+    if (is_mxfp4(checkpoint, stored)) {
+      expected.insert(stored + "_blocks");
+      expected.insert(stored + "_scales");
+      continue;
+    }
     expected.insert(stored);
     if (!checkpoint.contains(stored)) missing.push_back(name);
   }
@@ -107,8 +136,10 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   torch::NoGradGuard no_grad;
   for (const auto& layer : model.layers()) {
     for (auto& [name, parameter] : layer->hf_parameters()) {
-      const auto& view = checkpoint.get(checkpoint_name(model, checkpoint, name));
-      const auto source = as_tensor(view);
+      const auto stored = checkpoint_name(model, checkpoint, name);
+      const auto source = is_mxfp4(checkpoint, stored)
+                              ? dequantize_mxfp4(checkpoint.get(stored + "_blocks"), checkpoint.get(stored + "_scales"))
+                              : as_tensor(checkpoint.get(stored));
       if (source.sizes() != parameter.sizes()) {
         throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
                         shape_text(parameter.sizes()) + " in the model",

@@ -41,6 +41,10 @@ ARCHITECTURES = {
     "qwen3_moe_unnormalised": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
                                dict(num_experts=4, num_experts_per_tok=3, moe_intermediate_size=32,
                                     norm_topk_prob=False, tie_word_embeddings=True)),
+    # One MoE layer: the per-layer load-balancing loss equals HF's (which pools all layers).
+    "qwen3_moe_aux": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                      dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=1,
+                           output_router_logits=True, router_aux_loss_coef=0.02)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM",
                 dict(num_local_experts=5, num_experts_per_tok=2, sliding_window=8)),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
@@ -49,6 +53,10 @@ ARCHITECTURES = {
                      rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                       "truncate": False, "original_max_position_embeddings": 64,
                                       "rope_theta": 150000.0})),
+    # Expert weights stored as MXFP4 blocks and scales, as published GPT-OSS checkpoints are.
+    "gpt_oss_mxfp4": ("GptOssConfig", "GptOssForCausalLM",
+                      dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16, intermediate_size=64,
+                           num_hidden_layers=1, layer_types=["full_attention"])),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel",
              dict(vocab_size=97, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0)),
 }
@@ -67,7 +75,29 @@ def build(name, directory):
             p.add_(torch.randn_like(p) * (0.1 if p.dim() == 1 else 0.02))
     model.eval()
     model.save_pretrained(directory, safe_serialization=True)
+    if name.endswith("_mxfp4"):
+        quantize_experts(model, directory)
     return model, config
+
+
+def quantize_experts(model, directory):
+    """Replaces the expert weights in the saved file by random MXFP4 blocks and scales, and
+    gives the HF model the values HF's own dequantizer makes of them."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    path = os.path.join(directory, "model.safetensors")
+    tensors = load_file(path)
+    generator = torch.Generator().manual_seed(7)
+    params = dict(model.named_parameters())
+    for name in [n for n in tensors if n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj")]:
+        experts, inputs, outputs = tensors.pop(name).shape
+        blocks = torch.randint(0, 256, (experts, outputs, inputs // 32, 16), dtype=torch.uint8, generator=generator)
+        scales = torch.randint(120, 128, (experts, outputs, inputs // 32), dtype=torch.uint8, generator=generator)
+        tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+        with torch.no_grad():
+            params[name].copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+    save_file(tensors, path, metadata={"format": "pt"})
 
 
 def check_export(helper, model_dir, tmp, tokens, reference_logits):
@@ -119,6 +149,8 @@ def main():
             f["tokens"] = tokens.numpy().astype(np.int64)
         with torch.no_grad():
             out = model(tokens, labels=tokens)
+            if getattr(config, "output_router_logits", False):
+                out.loss = model(tokens, labels=tokens, output_router_logits=False).loss  # language-model loss alone
         reference_logits = out.logits.float().numpy()
 
         result = subprocess.run([args.bin, "eval", "--model", model_dir, "--tokens", os.path.join(tmp, "tokens.h5"),
@@ -137,6 +169,12 @@ def main():
         print(f"{args.arch}: max |logits - HF| = {diff:.2e}, loss {mean_loss:.6f} vs HF {out.loss.item():.6f}")
         if diff > 1e-4 or loss_diff > 1e-4:
             sys.exit(f"{args.arch}: superoffload eval differs from HF transformers")
+        if getattr(config, "output_router_logits", False):
+            aux = float(next(l.split()[2] for l in result.stdout.splitlines() if l.startswith("aux loss")))
+            reference_aux = config.router_aux_loss_coef * out.aux_loss.item()
+            print(f"{args.arch}: aux loss {aux:.8f} vs HF {reference_aux:.8f}")
+            if abs(aux - reference_aux) > 1e-6:
+                sys.exit(f"{args.arch}: load-balancing loss differs from HF transformers")
 
         if args.export:
             check_export(args.export, model_dir, tmp, tokens, reference_logits)
