@@ -12,7 +12,7 @@ void add_plugins_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
   command->callback([&run] {
     run = [](const runtime::MpiWorld& world) {
       if (world.rank() != 0) return 0;
-      std::cout << "plugin search path (SUPEROFFLOAD_PLUGIN_PATH, then build and install directories):\n";
+      std::cout << "plugin search path (SUPEROFFLOAD_PLUGIN_PATH, then lib/superoffload/plugins beside this program):\n";
       for (const auto& dir : model::plugin_search_dirs()) std::cout << "  " << dir << "\n";
       const auto registry = model::PluginRegistry::discover();
       if (registry.candidates().empty()) std::cout << "no plugin files found\n";

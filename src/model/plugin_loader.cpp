@@ -11,7 +11,6 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/build_config.hpp"
 #include "runtime/error.hpp"
 
 namespace superoffload::model {
@@ -29,7 +28,8 @@ std::string installed_plugin_dir() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
-  return (exe.parent_path().parent_path() / "lib" / "superoffload" / "plugins").string();
+  const auto dir = exe.parent_path().parent_path() / "lib" / "superoffload" / "plugins";
+  return std::filesystem::weakly_canonical(dir, ec).string();
 }
 
 std::string describe(const PluginCandidate& c) {
@@ -48,17 +48,10 @@ std::vector<std::string> plugin_search_dirs() {
       if (!dir.empty()) dirs.push_back(dir);
     }
   }
-  dirs.push_back(SUPEROFFLOAD_BUILD_PLUGIN_DIR);
-  if (auto installed = installed_plugin_dir(); !installed.empty()) dirs.push_back(installed);
-  // The build tree's binary finds its plugins both ways; list each directory once.
-  std::vector<std::string> unique;
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    const auto canonical = std::filesystem::weakly_canonical(dir, ec).string();
-    const auto& key = ec ? dir : canonical;
-    if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
-  }
-  return unique;
+  // build/bin → build/lib/superoffload/plugins, <prefix>/bin → <prefix>/lib/superoffload/plugins:
+  // the build tree has the installed layout, so one rule finds the plugins of either.
+  if (auto own = installed_plugin_dir(); !own.empty()) dirs.push_back(own);
+  return dirs;
 }
 
 PluginCandidate probe_plugin(const std::string& path) {

@@ -1,6 +1,6 @@
-// Finding and loading model plugins: every *.so of SUPEROFFLOAD_PLUGIN_PATH, then the build
-// tree's and the installation's plugin directories, each checked field by field against
-// this host. Libraries are never unloaded, so no model can outlive its code.
+// Finding and loading model plugins: every *.so of SUPEROFFLOAD_PLUGIN_PATH, then of
+// lib/superoffload/plugins beside the program (build tree or installation), each checked
+// field by field against this host. Libraries are never unloaded, so no model can outlive its code.
 #pragma once
 
 #include <memory>

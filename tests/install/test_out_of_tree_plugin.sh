@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs superoffload to a temporary prefix, builds tests/install/example_plugin out of
+# tree against the installed package (find_package(superoffload), superoffload_add_plugin),
+# and checks that the installed program loads it and evaluates its model as plain PyTorch does.
+source "$(dirname "$0")/../cli/lib.sh"
+
+prefix="$tmp/prefix"
+cmake --install "$SO_BUILD_DIR" --prefix "$prefix" > "$tmp/install.log" 2>&1 || fail "install: $(tail -20 "$tmp/install.log")"
+[[ -f $prefix/lib/cmake/superoffload/superoffloadConfig.cmake ]] || fail "no CMake package installed"
+[[ -f $prefix/lib/superoffload/plugins/libsuperoffload_llama.so ]] || fail "shipped plugins not installed"
+
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+cuda=()
+[[ -x /usr/local/cuda/bin/nvcc ]] && cuda=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+cmake -S "$SO_SOURCE_DIR/tests/install/example_plugin" -B "$tmp/plugin" "${generator[@]}" "${cuda[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/configure.log" 2>&1 \
+  || fail "configuring the out-of-tree plugin: $(tail -30 "$tmp/configure.log")"
+cmake --build "$tmp/plugin" > "$tmp/build.log" 2>&1 || fail "building the out-of-tree plugin: $(tail -30 "$tmp/build.log")"
+
+export SUPEROFFLOAD_PLUGIN_PATH="$tmp/plugin/plugins"
+out=$("$prefix/bin/superoffload" plugins 2>&1) || fail "installed superoffload plugins: $out"
+expect_contains "$out" "residual_mlp 0.1.0: ResidualMlpForCausalLM" "out-of-tree plugin listed"
+expect_contains "$out" "$prefix/lib/superoffload/plugins/libsuperoffload_llama.so" "installed plugins found"
+
+reference=$("$SO_PYTHON" "$SO_SOURCE_DIR/tests/install/residual_mlp_reference.py" "$tmp/model") || fail "reference"
+out=$("$prefix/bin/superoffload" eval --model "$tmp/model" --tokens "$tmp/model/tokens.h5" 2>&1) || fail "eval: $out"
+loss=$(awk '/^mean loss/ {print $3}' <<<"$out")
+"$SO_PYTHON" -c "import sys; a, b = float('$loss'), float('$reference'); sys.exit(0 if abs(a - b) < 1e-5 else 1)" \
+  || fail "eval loss $loss differs from the PyTorch reference $reference"
+echo "out-of-tree plugin: built against the installed package, loaded, loss $loss = reference $reference"
