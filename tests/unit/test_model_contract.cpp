@@ -1,0 +1,109 @@
+// The model contract the engine relies on, on the shipped llama plugin with a tiny config:
+// HF names, deterministic initialisation independent of order, the FLOPs formula, and a
+// chunked loss whose backward equals plain autograd over the whole sequence.
+#include <gtest/gtest.h>
+
+#include <torch/autograd.h>
+
+#include <fstream>
+
+#include "model/load_model.hpp"
+#include "runtime/logging.hpp"
+
+namespace m = superoffload::model;
+
+namespace {
+
+class ModelContract : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { superoffload::log::init(superoffload::log::Level::warning); }
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("so_contract_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 53,
+      "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "initializer_range": 0.05, "tie_word_embeddings": false})";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::shared_ptr<m::CausalLM> build(uint64_t seed) { return m::load_model(dir_.string(), "auto", "random", seed).model; }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(ModelContract, LayersCarryHuggingFaceNames) {
+  const auto model = build(1);
+  ASSERT_EQ(model->layers().size(), 4u);  // embedding, 2 blocks, head
+  const auto names = model->hf_parameter_names();
+  EXPECT_EQ(names.front(), "model.embed_tokens.weight");
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.1.self_attn.k_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.post_attention_layernorm.weight"), names.end());
+  EXPECT_EQ(names.back(), "lm_head.weight");
+  EXPECT_EQ(names.size(), 1u + 2 * 9 + 2);
+  EXPECT_FALSE(model->is_moe());
+}
+
+TEST_F(ModelContract, InitialisationIsDeterministicPerName) {
+  const auto a = build(7), b = build(7), c = build(8);
+  for (size_t l = 0; l < a->layers().size(); ++l) {
+    const auto pa = a->layers()[l]->hf_parameters(), pb = b->layers()[l]->hf_parameters(),
+               pc = c->layers()[l]->hf_parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(pa[i].second.equal(pb[i].second)) << pa[i].first;
+      if (pa[i].second.dim() == 1) {
+        EXPECT_TRUE(pa[i].second.eq(1).all().item<bool>()) << pa[i].first << " (norm scales start at 1)";
+      } else {
+        EXPECT_FALSE(pa[i].second.equal(pc[i].second)) << pa[i].first << " ignores the seed";
+      }
+    }
+  }
+  const auto embedding = a->layers()[0]->hf_parameters()[0].second;
+  EXPECT_NEAR(embedding.std().item<double>(), 0.05, 0.005) << "initializer_range";
+}
+
+TEST_F(ModelContract, FlopsPerTokenFollowsTheFormula) {
+  const auto model = build(1);
+  const auto s = model->shape();
+  const double n = static_cast<double>(s.total_parameters);
+  EXPECT_EQ(s.total_parameters, 53 * 32 * 2 + 2 * (32 * 32 * 2 + 32 * 16 * 2 + 3 * 32 * 48 + 2 * 32) + 32);
+  EXPECT_DOUBLE_EQ(model->flops_per_token(128, true), 4 * (2 * n + 4 * 2 * 32 * 128.0));
+  EXPECT_DOUBLE_EQ(model->flops_per_token(128, false), 3 * (2 * n + 4 * 2 * 32 * 128.0));
+}
+
+TEST_F(ModelContract, ChunkedLossAndBackwardEqualPlainAutograd) {
+  const auto model = build(3);
+  const auto& layers = model->layers();
+  auto* head = dynamic_cast<m::HeadLayer*>(layers.back().get());
+  ASSERT_NE(head, nullptr);
+  const auto tokens = at::randint(0, 53, {2, 11}, at::kLong);
+  auto labels = tokens.roll(-1, 1).clone();
+  labels.select(1, 10).fill_(-100);
+  labels[0][3] = -100;
+  m::BatchContext context;
+  context.position_ids = at::arange(11, at::kLong).unsqueeze(0).expand({2, 11});
+  at::Tensor hidden;
+  {
+    torch::NoGradGuard no_grad;
+    hidden = tokens;
+    for (size_t i = 0; i + 1 < layers.size(); ++i) hidden = layers[i]->forward(hidden, context);
+  }
+  // Reference: whole-sequence logits, mean loss, autograd.
+  auto input = hidden.clone().requires_grad_(true);
+  const auto logits = head->forward(input, context);
+  const auto reference = at::cross_entropy_loss(logits.reshape({-1, 53}), labels.reshape({-1}), {},
+                                                at::Reduction::Mean, -100);
+  reference.backward();
+  const auto reference_weight_grad = head->hf_parameters().back().second.grad().clone();
+  for (auto& [name, p] : head->hf_parameters()) p.mutable_grad().reset();
+
+  const int64_t counted = labels.ne(-100).sum().item<int64_t>();
+  const auto [sum, hidden_grad] = head->loss_and_backward(hidden, labels, /*chunk_tokens=*/4,
+                                                          1.0 / static_cast<double>(counted), context);
+  EXPECT_EQ(sum.tokens, counted);
+  EXPECT_NEAR(sum.sum.item<double>() / counted, reference.item<double>(), 1e-6);
+  EXPECT_TRUE(hidden_grad.allclose(input.grad(), 1e-6, 1e-7));
+  EXPECT_TRUE(head->hf_parameters().back().second.grad().allclose(reference_weight_grad, 1e-6, 1e-7));
+  const auto no_grad_sum = head->loss(hidden, labels, 3, context);
+  EXPECT_NEAR(no_grad_sum.sum.item<double>(), sum.sum.item<double>(), 1e-5);
+}
+
+}  // namespace
