@@ -1,0 +1,44 @@
+// Collectives over flat buffers (pointer + element count + type), asynchronous: each call
+// returns a Work handle to wait on, so communication can overlap compute. Backends: MPI on
+// host buffers (CPU runs, tests) and NCCL on device buffers (GPU runs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace superoffload::comm {
+
+enum class DataType { f64, f32, bf16, f16, i64, i32, u8 };
+size_t size_of(DataType type);
+const char* name_of(DataType type);
+
+enum class ReduceOp { sum, avg, max };
+
+// A pending collective. wait() makes its result usable by the caller: on the host for MPI,
+// on the compute stream for NCCL (without blocking the host).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" | "nccl"
+
+  // recv[r * count + i] = send_of_rank_r[i]; recv holds count × size elements.
+  virtual std::unique_ptr<Work> all_gather(const void* send, void* recv, size_t count, DataType type) = 0;
+  // recv[i] = op over ranks of send_of_rank[rank * count + i]; send holds count × size.
+  virtual std::unique_ptr<Work> reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                                               ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace superoffload::comm

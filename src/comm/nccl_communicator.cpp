@@ -1,0 +1,116 @@
+// NCCL backend.
+#include "comm/nccl_communicator.hpp"
+
+#include "runtime/check_cuda.hpp"
+#include "runtime/check_mpi.hpp"
+
+namespace superoffload::comm {
+namespace {
+
+ncclDataType_t nccl_type(DataType type) {
+  switch (type) {
+    case DataType::f64: return ncclFloat64;
+    case DataType::f32: return ncclFloat32;
+    case DataType::bf16: return ncclBfloat16;
+    case DataType::f16: return ncclFloat16;
+    case DataType::i64: return ncclInt64;
+    case DataType::i32: return ncclInt32;
+    case DataType::u8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+class NcclWork : public Work {
+ public:
+  NcclWork(int device, cudaEvent_t done, std::function<cudaStream_t()> compute_stream)
+      : device_(device), done_(done), compute_stream_(std::move(compute_stream)) {}
+  ~NcclWork() override {
+    if (done_) cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    SO_CHECK_CUDA(cudaSetDevice(device_));
+    SO_CHECK_CUDA(cudaStreamWaitEvent(compute_stream_(), done_, 0));
+    waited_ = true;
+  }
+
+ private:
+  int device_;
+  cudaEvent_t done_;
+  std::function<cudaStream_t()> compute_stream_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::function<cudaStream_t()> compute_stream)
+    : device_(device), compute_stream_(std::move(compute_stream)) {
+  SO_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
+  SO_CHECK_MPI(MPI_Comm_size(mpi_comm, &size_));
+  ncclUniqueId id{};
+  if (rank_ == 0) SO_CHECK_NCCL(ncclGetUniqueId(&id));
+  SO_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm));
+  SO_CHECK_CUDA(cudaSetDevice(device_));
+  SO_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
+  SO_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(comm_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::unique_ptr<Work> NcclCommunicator::run(const std::function<void(cudaStream_t)>& launch) {
+  SO_CHECK_CUDA(cudaSetDevice(device_));
+  cudaEvent_t ready = nullptr, done = nullptr;
+  SO_CHECK_CUDA(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  SO_CHECK_CUDA(cudaEventRecord(ready, compute_stream_()));
+  SO_CHECK_CUDA(cudaStreamWaitEvent(stream_, ready, 0));
+  SO_CHECK_CUDA(cudaEventDestroy(ready));  // destruction is deferred until the event completes
+  launch(stream_);
+  SO_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  SO_CHECK_CUDA(cudaEventRecord(done, stream_));
+  return std::make_unique<NcclWork>(device_, done, compute_stream_);
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DataType type) {
+  return run([&](cudaStream_t s) { SO_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(type), comm_, s)); });
+}
+
+std::unique_ptr<Work> NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DataType type,
+                                                       ReduceOp op) {
+  return run([&](cudaStream_t s) {
+    SO_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, s));
+  });
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_reduce(void* data, size_t count, DataType type, ReduceOp op) {
+  return run([&](cudaStream_t s) {
+    SO_CHECK_NCCL(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, s));
+  });
+}
+
+std::unique_ptr<Work> NcclCommunicator::broadcast(void* data, size_t count, DataType type, int root) {
+  return run([&](cudaStream_t s) { SO_CHECK_NCCL(ncclBroadcast(data, data, count, nccl_type(type), root, comm_, s)); });
+}
+
+void NcclCommunicator::barrier() {
+  // A one-element all-reduce, waited for on the host.
+  SO_CHECK_CUDA(cudaSetDevice(device_));
+  float* scratch = nullptr;
+  SO_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&scratch), sizeof(float), stream_));
+  SO_CHECK_NCCL(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, stream_));
+  SO_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+  SO_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace superoffload::comm

@@ -1,0 +1,173 @@
+// ZeroEngine.
+#include "zero/engine.hpp"
+
+#include <torch/autograd.h>
+
+#include <set>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::zero {
+
+ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options)
+    : model_(std::move(model)), comm_(comm), options_(options) {
+  const auto& layers = model_->layers();
+  SO_CHECK(layers.size() >= 2, "a model needs at least an embedding and a head layer");
+  SO_CHECK(dynamic_cast<model::HeadLayer*>(layers.back().get()), "the last layer of a model must be a HeadLayer");
+  // A tied weight lives in the embedding and is used by the head: keep the embedding gathered
+  // so the head always finds it, and reduce its gradient only after the embedding's own
+  // backward (the last one), when both contributions have accumulated.
+  const bool tied = !model_->tied_parameters().empty();
+  layers_.reserve(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    int64_t numel = 0;
+    for (const auto& [name, t] : layers[i]->hf_parameters()) numel += t.numel();
+    const bool persistent = numel < options_.persistence_threshold || (tied && i == 0);
+    layers_.emplace_back(layers[i], comm_, options_.compute_dtype, options_.device, persistent);
+  }
+  account();
+}
+
+void ZeroEngine::account() {
+  memory_.shard_numel = 0;
+  memory_.live_numel = 0;
+  for (const auto& l : layers_) {
+    memory_.shard_numel += l.layout().shard_numel();
+    if (l.live() || l.gathering()) memory_.live_numel += l.layout().padded_numel();
+  }
+  memory_.peak_live_numel = std::max(memory_.peak_live_numel, memory_.live_numel);
+  memory_.peak_resident_numel = std::max(memory_.peak_resident_numel, memory_.shard_numel + memory_.live_numel);
+}
+
+void ZeroEngine::gather(size_t i) {
+  layers_[i].wait_gathered();
+  account();
+}
+
+void ZeroEngine::prefetch(size_t i) {
+  auto& next = layers_[i];
+  if (next.live() || next.gathering()) return;
+  const int64_t size = next.layout().padded_numel();
+  if (size > options_.prefetch_bucket_size) return;
+  if (memory_.live_numel + size > options_.max_live_parameters) return;
+  next.gather_async();
+  account();
+}
+
+void ZeroEngine::release(size_t i) {
+  layers_[i].release();
+  account();
+}
+
+model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const {
+  model::BatchContext context;
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
+  context.aux_losses = aux;
+  return context;
+}
+
+void ZeroEngine::zero_grad() {
+  for (auto& l : layers_) l.zero_grad_shard();
+}
+
+MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,
+                                              double aux_scale, bool last_micro_batch) {
+  const size_t n = layers_.size();
+  const size_t head = n - 1;
+  MicroBatchResult result;
+  std::vector<at::Tensor> aux;
+  auto context = context_for(tokens, &aux);
+
+  // ---- Forward: keep each layer's input (checkpointing) or its whole graph.
+  std::vector<at::Tensor> inputs(n), outputs(n);
+  std::vector<std::vector<at::Tensor>> layer_aux(n);  // MoE losses per layer, with their graphs
+  at::Tensor x = tokens;
+  gather(0);
+  memory_.activation_bytes = 0;
+  for (size_t i = 0; i < head; ++i) {
+    gather(i);
+    prefetch(i + 1);
+    inputs[i] = i == 0 ? x : x.detach();
+    context.aux_losses = &layer_aux[i];
+    if (options_.activation_checkpointing) {
+      torch::NoGradGuard no_grad;
+      x = layers_[i].layer().forward(inputs[i], context);
+      release(i);
+    } else {
+      if (i > 0) inputs[i].requires_grad_(true);
+      outputs[i] = layers_[i].layer().forward(inputs[i], context);
+      x = outputs[i];
+    }
+    if (i > 0) memory_.activation_bytes += static_cast<int64_t>(inputs[i].numel() * inputs[i].element_size());
+  }
+  context.aux_losses = &aux;
+  if (options_.activation_checkpointing) {
+    for (auto& a : layer_aux) a.clear();  // computed without graph; recomputed in backward
+  }
+
+  // ---- Head: loss and its backward, chunk by chunk.
+  gather(head);
+  if (head >= 1) prefetch(head - 1);
+  auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
+  auto [loss, grad] = head_layer->loss_and_backward(x.detach(), labels, options_.loss_chunk_tokens, loss_scale, context);
+  result.loss_sum = loss.sum.item<double>();
+  result.tokens = loss.tokens;
+  layers_[head].reduce_gradients();
+  if (last_micro_batch && gradient_ready_) gradient_ready_(head);
+  release(head);
+
+  // ---- Backward through the blocks and the embedding, in reverse.
+  for (size_t i = head; i-- > 0;) {
+    gather(i);
+    if (i >= 1) prefetch(i - 1);
+    at::Tensor out;
+    if (options_.activation_checkpointing) {
+      if (i > 0) inputs[i] = inputs[i].detach().requires_grad_(true);
+      context.aux_losses = &layer_aux[i];
+      out = layers_[i].layer().forward(inputs[i], context);
+      context.aux_losses = &aux;
+    } else {
+      out = outputs[i];
+    }
+    std::vector<at::Tensor> roots{out}, grads{grad};
+    for (const auto& a : layer_aux[i]) {
+      result.aux_loss += a.item<double>();
+      roots.push_back(a);
+      grads.push_back(at::full({}, aux_scale, a.options()));
+    }
+    layer_aux[i].clear();
+    torch::autograd::backward(roots, grads);
+    if (i > 0) grad = inputs[i].grad();
+    outputs[i] = at::Tensor();
+    layers_[i].reduce_gradients();
+    if (last_micro_batch && gradient_ready_) gradient_ready_(i);
+    release(i);
+  }
+  return result;
+}
+
+MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const size_t head = layers_.size() - 1;
+  std::vector<at::Tensor> aux;
+  const auto context = context_for(tokens, &aux);
+  at::Tensor x = tokens;
+  for (size_t i = 0; i < head; ++i) {
+    gather(i);
+    prefetch(i + 1);
+    x = layers_[i].layer().forward(x, context);
+    release(i);
+  }
+  gather(head);
+  auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
+  const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
+  release(head);
+  MicroBatchResult result;
+  result.loss_sum = loss.sum.item<double>();
+  result.tokens = loss.tokens;
+  for (const auto& a : aux) result.aux_loss += a.item<double>();
+  return result;
+}
+
+}  // namespace superoffload::zero

@@ -1,0 +1,88 @@
+// The ZeRO-3 engine: runs a model layer by layer over partitioned parameters.
+//
+// Forward: for layer i, wait for its all-gather, start layer i+1's (prefetch, within the
+// live-parameter budget), keep the layer's input (activation checkpointing), run it, release
+// it. The head computes the loss chunk by chunk and its backward at once. Backward, in reverse:
+// gather layer i (prefetch i−1), recompute its forward with grad, backpropagate the incoming
+// gradient, reduce-scatter the layer's gradient into each owner's fp32 shard, release, and —
+// on the last micro-batch of a step — tell the optimizer that the shard is complete.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/causal_lm.hpp"
+#include "zero/partitioned_layer.hpp"
+
+namespace superoffload::zero {
+
+struct EngineOptions {
+  at::ScalarType compute_dtype = at::kBFloat16;
+  at::Device device = at::kCPU;
+  bool activation_checkpointing = true;
+  int64_t max_live_parameters = 1'000'000'000;  // gathered elements resident at once (prefetch budget)
+  int64_t prefetch_bucket_size = 50'000'000;    // a layer larger than this is not gathered ahead
+  int64_t persistence_threshold = 100'000;      // layers smaller than this stay gathered
+  int64_t loss_chunk_tokens = 1024;
+};
+
+struct MicroBatchResult {
+  double loss_sum = 0;      // sum of token losses of this rank's micro-batch (fp32)
+  int64_t tokens = 0;       // tokens counted in it
+  double aux_loss = 0;      // MoE load balancing, if any (already weighted)
+};
+
+// Device-resident elements, for logs and the memory test.
+struct ParameterMemory {
+  int64_t shard_numel = 0;           // this rank's shards, all layers
+  int64_t live_numel = 0;            // gathered buffers now
+  int64_t peak_live_numel = 0;       // the most gathered at once
+  int64_t peak_resident_numel = 0;   // the most shards + gathered at once
+  int64_t activation_bytes = 0;      // saved layer inputs at the peak of the last micro-batch
+};
+
+class ZeroEngine {
+ public:
+  ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options);
+
+  // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
+  // -100 where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens
+  // of the global batch); MoE load-balancing losses by `aux_scale` (1 / micro-batches of the
+  // global batch, so that each forward's loss counts once in their mean). Gradients accumulate
+  // in the fp32 shards until zero_grad(). `last_micro_batch`: gradient-ready callbacks fire as
+  // each layer's shard completes.
+  MicroBatchResult forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,
+                                    double aux_scale, bool last_micro_batch);
+  // Loss without gradients (evaluation).
+  MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
+
+  void zero_grad();
+  std::vector<PartitionedLayer>& layers() { return layers_; }
+  const model::CausalLM& model() const { return *model_; }
+  comm::Communicator& comm() { return comm_; }
+  const ParameterMemory& memory() const { return memory_; }
+
+  // Called with the layer index once that layer's gradient shard is complete for the step.
+  using GradientReady = std::function<void(size_t layer)>;
+  void on_gradient_ready(GradientReady callback) { gradient_ready_ = std::move(callback); }
+
+ private:
+  void gather(size_t i);
+  void prefetch(size_t i);
+  void release(size_t i);
+  void account();
+  model::BatchContext context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const;
+
+  std::shared_ptr<model::CausalLM> model_;
+  comm::Communicator& comm_;
+  EngineOptions options_;
+  std::vector<PartitionedLayer> layers_;
+  ParameterMemory memory_;
+  GradientReady gradient_ready_;
+};
+
+}  // namespace superoffload::zero

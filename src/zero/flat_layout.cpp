@@ -1,0 +1,31 @@
+// FlatLayout.
+#include "zero/flat_layout.hpp"
+
+#include <algorithm>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::zero {
+
+FlatLayout::FlatLayout(std::vector<ParameterSlot> parameters, int world_size)
+    : parameters_(std::move(parameters)), world_size_(world_size) {
+  SO_CHECK(world_size_ >= 1, "world size must be positive, not " << world_size_);
+  for (auto& p : parameters_) {
+    p.offset = numel_;
+    numel_ += p.numel;
+  }
+  shard_numel_ = (numel_ + world_size_ - 1) / world_size_;
+}
+
+std::vector<ShardPiece> FlatLayout::pieces(int rank) const {
+  std::vector<ShardPiece> out;
+  const int64_t begin = shard_begin(rank), end = begin + shard_numel_;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto& p = parameters_[i];
+    const int64_t from = std::max(begin, p.offset), to = std::min(end, p.offset + p.numel);
+    if (from < to) out.push_back({i, from - p.offset, from - begin, to - from});
+  }
+  return out;
+}
+
+}  // namespace superoffload::zero

@@ -1,0 +1,67 @@
+// One layer under ZeRO-3: this rank's shard of its flat parameters on the device, the
+// gathered full buffer while the layer runs (its parameters are views into it), and this
+// rank's fp32 gradient shard, accumulated over micro-batches.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "comm/communicator.hpp"
+#include "model/causal_lm.hpp"
+#include "zero/flat_layout.hpp"
+
+namespace superoffload::zero {
+
+class PartitionedLayer {
+ public:
+  // Takes the layer's current (full) parameter values, keeps this rank's shard in
+  // `compute_dtype` on `device`, and unbinds the parameters (the full copy is freed).
+  // `persistent` layers stay gathered for the whole run.
+  PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, at::ScalarType compute_dtype,
+                   at::Device device, bool persistent);
+
+  model::Layer& layer() { return *layer_; }
+  const FlatLayout& layout() const { return layout_; }
+  bool persistent() const { return persistent_; }
+  bool live() const { return gathered_.defined(); }
+  bool gathering() const { return pending_ != nullptr; }
+
+  // This rank's fp32 values of its shard (for the optimizer's master copy).
+  at::Tensor shard_fp32() const { return device_shard_.to(at::kFloat); }
+  // Replaces this rank's shard (after an optimizer step); a live layer is updated too.
+  void set_shard(const at::Tensor& values);
+
+  void gather_async();   // starts the all-gather (no-op when live or already gathering)
+  void wait_gathered();  // completes it and binds the parameters to views of the buffer
+  void release();        // unbinds the parameters and frees the buffer (not for persistent layers)
+
+  // Flattens the parameters' gradients (fp32, zero where a parameter got none), reduce-
+  // scatters them (sum) and adds this rank's part to grad_shard(); clears the gradients.
+  void reduce_gradients();
+  at::Tensor& grad_shard() { return grad_shard_; }
+  void zero_grad_shard() { grad_shard_.zero_(); }
+
+  // Elements this rank holds on the device now: its shard, plus the gathered buffer if live.
+  int64_t resident_numel() const;
+
+ private:
+  void bind_views();
+  void unbind();
+
+  std::shared_ptr<model::Layer> layer_;
+  comm::Communicator& comm_;
+  FlatLayout layout_;
+  std::vector<at::Tensor> parameters_;  // the layer's Parameter variables, in layout order
+  at::Tensor device_shard_;             // [shard] compute dtype
+  at::Tensor gathered_;                 // [padded] compute dtype, while live
+  at::Tensor gathering_buffer_;         // the buffer an all-gather in flight writes
+  at::Tensor grad_shard_;               // [shard] fp32
+  std::unique_ptr<comm::Work> pending_;
+  bool persistent_;
+  at::TensorOptions options_;
+};
+
+comm::DataType comm_type(at::ScalarType type);
+
+}  // namespace superoffload::zero

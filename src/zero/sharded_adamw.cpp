@@ -1,0 +1,65 @@
+// ShardedAdamW.
+#include "zero/sharded_adamw.hpp"
+
+#include <torch/autograd.h>
+
+#include <cmath>
+
+namespace superoffload::zero {
+
+ShardedAdamW::ShardedAdamW(ZeroEngine& engine, AdamWSettings settings) : engine_(engine), s_(settings) {
+  const int rank = engine_.comm().rank();
+  for (auto& layer : engine_.layers()) {
+    master_.push_back(layer.shard_fp32().to(at::kCPU).clone());
+    exp_avg_.push_back(at::zeros_like(master_.back()));
+    exp_avg_sq_.push_back(at::zeros_like(master_.back()));
+    auto mask = at::zeros(master_.back().sizes(), at::kBool);
+    for (const auto& piece : layer.layout().pieces(rank)) {
+      if (layer.layout().parameters()[piece.parameter].weight_decay) mask.narrow(0, piece.shard_offset, piece.length).fill_(true);
+    }
+    decay_mask_.push_back(mask);
+  }
+}
+
+double ShardedAdamW::global_grad_norm() {
+  double squares = 0;
+  for (auto& layer : engine_.layers()) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
+  engine_.comm().all_reduce(&squares, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+  return std::sqrt(squares);
+}
+
+void ShardedAdamW::clip_gradients(double max_norm, double norm) {
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient >= 1.0) return;
+  for (auto& layer : engine_.layers()) layer.grad_shard().mul_(coefficient);
+}
+
+void ShardedAdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  const double bias_correction1 = 1 - std::pow(s_.beta1, static_cast<double>(steps_));
+  const double bias_correction2 = 1 - std::pow(s_.beta2, static_cast<double>(steps_));
+  auto& layers = engine_.layers();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& p = master_[i];
+    auto grad = layers[i].grad_shard().to(at::kCPU);
+    if (s_.decoupled) {
+      p.mul_(at::where(decay_mask_[i], at::scalar_tensor(1 - lr * s_.weight_decay), at::scalar_tensor(1.0)));
+    } else if (s_.weight_decay != 0) {
+      grad = grad.add(p * at::where(decay_mask_[i], at::scalar_tensor(s_.weight_decay), at::scalar_tensor(0.0)));
+    }
+    exp_avg_[i].mul_(s_.beta1).add_(grad, 1 - s_.beta1);
+    exp_avg_sq_[i].mul_(s_.beta2).addcmul_(grad, grad, 1 - s_.beta2);
+    const auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias_correction2)).add_(s_.eps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bias_correction1);
+    layers[i].set_shard(p);
+  }
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < master_.size(); ++i) bytes += 3 * master_[i].numel() * 4;
+  return bytes;
+}
+
+}  // namespace superoffload::zero

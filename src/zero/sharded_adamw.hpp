@@ -1,0 +1,45 @@
+// The plain reference optimizer over ZeRO shards: fp32 master weights, exp_avg and exp_avg_sq
+// per layer shard, stepped after backward with LibTorch operations in the order
+// torch::optim::AdamW uses, then written back to the device shards in the compute dtype.
+// Also the global gradient norm and clipping. (The offloaded, speculative optimizer replaces
+// it for real runs; this one is the baseline it is checked against.)
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "zero/engine.hpp"
+
+namespace superoffload::zero {
+
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool decoupled = true;  // AdamW; false: Adam with L2 weight decay added to the gradient
+};
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(ZeroEngine& engine, AdamWSettings settings);
+
+  // sqrt of the sum of squares of every rank's gradient shards (one all-reduce).
+  double global_grad_norm();
+  // torch.nn.utils.clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6) when below 1.
+  void clip_gradients(double max_norm, double norm);
+  void step(double lr);
+
+  at::Tensor& master(size_t layer) { return master_[layer]; }
+  at::Tensor& exp_avg(size_t layer) { return exp_avg_[layer]; }
+  at::Tensor& exp_avg_sq(size_t layer) { return exp_avg_sq_[layer]; }
+  int64_t steps() const { return steps_; }
+  // Host bytes of masters and moments.
+  int64_t state_bytes() const;
+
+ private:
+  ZeroEngine& engine_;
+  AdamWSettings s_;
+  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, decay_mask_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace superoffload::zero

@@ -1,0 +1,276 @@
+// Under mpirun -np N: trains a tiny model with the ZeRO-3 engine (partitioned parameters,
+// layer-by-layer gather/release, checkpointing, reduce-scattered gradients, sharded AdamW)
+// and, on rank 0, with a plain unpartitioned single-process LibTorch loop (same initial
+// weights, same micro-batches accumulated in the same order, torch::optim::AdamW,
+// clip_grad_norm_). Compares every step's loss and
+// the final parameters; optionally checks the per-rank parameter memory and bf16 training.
+//
+//   train_parity --arch llama|moe [--steps 20] [--micro 2] [--accumulation 2] [--seq 16]
+//                [--bf16-steps 50] [--max-live N] [--no-checkpointing]
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "comm/mpi_communicator.hpp"
+#include "model/load_model.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/mpi_world.hpp"
+#include "zero/engine.hpp"
+#include "zero/sharded_adamw.hpp"
+
+namespace so = superoffload;
+
+namespace {
+
+struct Options {
+  std::string arch = "llama";
+  int steps = 20, micro = 2, accumulation = 2, seq = 16, bf16_steps = 0;
+  int64_t max_live = 1'000'000'000;
+  bool checkpointing = true;
+  double lr = 5e-3, clip = 0.5, weight_decay = 0.1;
+};
+
+constexpr int64_t kVocab = 61;
+
+std::string model_config(const std::string& arch) {
+  if (arch == "moe") {
+    return R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 61, "hidden_size": 32, "intermediate_size": 64,
+      "moe_intermediate_size": 24, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+      "initializer_range": 0.1, "tie_word_embeddings": false})";
+  }
+  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61, "hidden_size": 32, "intermediate_size": 48,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "initializer_range": 0.1,
+    "tie_word_embeddings": true})";
+}
+
+// Sequences with learnable structure: t[j+1] = (t[j] + b) mod V with a stride b of 1 to 3
+// per row, plus 10% noise. The global batch of a step is the same on every rank; ranks take disjoint rows.
+std::pair<at::Tensor, at::Tensor> global_batch(int step, int rows, int seq) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  auto tokens = at::empty({rows, seq}, at::kLong);
+  auto start = at::randint(0, kVocab, {rows}, generator, at::kLong);
+  auto a = at::ones({rows}, at::kLong), b = at::randint(1, 4, {rows}, generator, at::kLong);
+  auto noise = at::rand({rows, seq}, generator);
+  auto random = at::randint(0, kVocab, {rows, seq}, generator, at::kLong);
+  auto t = tokens.accessor<int64_t, 2>();
+  for (int r = 0; r < rows; ++r) {
+    int64_t v = start[r].item<int64_t>();
+    for (int j = 0; j < seq; ++j) {
+      t[r][j] = noise[r][j].item<float>() < 0.1f ? random[r][j].item<int64_t>() : v;
+      v = (a[r].item<int64_t>() * v + b[r].item<int64_t>()) % kVocab;
+    }
+  }
+  auto labels = at::full({rows, seq}, -100, at::kLong);
+  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
+  labels.narrow(0, 0, 1).narrow(1, 0, 3).fill_(-100);  // a masked prompt in the first row
+  return {tokens, labels};
+}
+
+struct EngineRun {
+  std::vector<double> losses;
+  std::vector<at::Tensor> final_parameters;  // full, on rank 0
+  std::vector<std::string> parameter_names;
+  so::zero::ParameterMemory memory;
+  int64_t model_numel = 0;
+};
+
+EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType dtype, int steps, MPI_Comm world) {
+  so::comm::MpiCommunicator comm(world);
+  auto loaded = so::model::load_model(dir, "auto", "random", 42);
+  EngineRun run;
+  run.model_numel = loaded.model->shape().total_parameters;
+  so::zero::EngineOptions options;
+  options.compute_dtype = dtype;
+  options.activation_checkpointing = o.checkpointing;
+  options.max_live_parameters = o.max_live;
+  options.prefetch_bucket_size = o.max_live;
+  options.persistence_threshold = 0;
+  options.loss_chunk_tokens = 5;
+  so::zero::ZeroEngine engine(loaded.model, comm, options);
+  so::zero::ShardedAdamW optimizer(engine, {0.9, 0.999, 1e-8, o.weight_decay, true});
+  const int world_size = comm.size(), rank = comm.rank();
+  const int rows = o.micro * o.accumulation * world_size;
+  for (int step = 0; step < steps; ++step) {
+    auto [tokens, labels] = global_batch(step, rows, o.seq);
+    const double total_tokens = static_cast<double>(labels.ne(-100).sum().item<int64_t>());
+    engine.zero_grad();
+    double loss_sum = 0;
+    for (int m = 0; m < o.accumulation; ++m) {
+      const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * o.micro;
+      const auto r = engine.forward_backward(tokens.narrow(0, first, o.micro), labels.narrow(0, first, o.micro),
+                                             1.0 / total_tokens, 1.0 / (o.accumulation * world_size),
+                                             m + 1 == o.accumulation);
+      loss_sum += r.loss_sum;
+    }
+    comm.all_reduce(&loss_sum, 1, so::comm::DataType::f64, so::comm::ReduceOp::sum)->wait();
+    run.losses.push_back(loss_sum / total_tokens);
+    const double norm = optimizer.global_grad_norm();
+    optimizer.clip_gradients(o.clip, norm);
+    optimizer.step(o.lr);
+  }
+  // Every layer's master weights, gathered to full tensors.
+  for (size_t i = 0; i < engine.layers().size(); ++i) {
+    const auto& layout = engine.layers()[i].layout();
+    auto full = at::empty({layout.padded_numel()}, at::kFloat);
+    comm.all_gather(optimizer.master(i).data_ptr(), full.data_ptr(), layout.shard_numel(), so::comm::DataType::f32)->wait();
+    for (const auto& p : layout.parameters()) {
+      run.final_parameters.push_back(full.narrow(0, p.offset, p.numel).view(p.shape));
+      run.parameter_names.push_back(p.name);
+    }
+  }
+  run.memory = engine.memory();
+  return run;
+}
+
+std::pair<std::vector<double>, std::vector<at::Tensor>> train_reference(const Options& o, const std::string& dir,
+                                                                        int world_size) {
+  auto loaded = so::model::load_model(dir, "auto", "random", 42);
+  auto& layers = loaded.model->layers();
+  std::vector<at::Tensor> decay, no_decay, all;
+  for (const auto& layer : layers) {
+    for (auto& [name, p] : layer->hf_parameters()) {
+      (p.dim() >= 2 ? decay : no_decay).push_back(p);
+      all.push_back(p);
+    }
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o.lr).weight_decay(0)));
+  torch::optim::AdamW optimizer(groups, torch::optim::AdamWOptions(o.lr));
+  std::vector<double> losses;
+  const int rows = o.micro * o.accumulation * world_size;
+  for (int step = 0; step < o.steps; ++step) {
+    auto [tokens, labels] = global_batch(step, rows, o.seq);
+    optimizer.zero_grad();
+    // The same micro-batches as the ranks' (plain gradient accumulation), each token's loss
+    // weighted by 1 / tokens of the global batch.
+    const double total_tokens = static_cast<double>(labels.ne(-100).sum().item<int64_t>());
+    so::model::BatchContext context;
+    context.position_ids = at::arange(o.seq, at::kLong).unsqueeze(0).expand({o.micro, o.seq});
+    double loss_sum = 0;
+    for (int first = 0; first < rows; first += o.micro) {
+      at::Tensor x = tokens.narrow(0, first, o.micro);
+      for (size_t i = 0; i + 1 < layers.size(); ++i) x = layers[i]->forward(x, context);
+      const auto logits = layers.back()->forward(x, context).to(at::kFloat);
+      const auto loss = at::cross_entropy_loss(logits.reshape({-1, kVocab}), labels.narrow(0, first, o.micro).reshape({-1}),
+                                               {}, at::Reduction::Sum, -100);
+      (loss / total_tokens).backward();
+      loss_sum += loss.item<double>();
+    }
+    torch::nn::utils::clip_grad_norm_(all, o.clip);
+    optimizer.step();
+    losses.push_back(loss_sum / total_tokens);
+  }
+  std::vector<at::Tensor> finals;
+  for (const auto& layer : layers) {
+    for (auto& [name, p] : layer->hf_parameters()) finals.push_back(p.detach().clone());
+  }
+  return {losses, finals};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  so::log::init(so::log::Level::warning);
+  std::optional<so::runtime::MpiWorld> world;
+  world.emplace(&argc, &argv);
+  at::set_num_threads(1);
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return std::string(argv[++i]); };
+    if (a == "--arch") o.arch = next();
+    else if (a == "--steps") o.steps = std::stoi(next());
+    else if (a == "--micro") o.micro = std::stoi(next());
+    else if (a == "--accumulation") o.accumulation = std::stoi(next());
+    else if (a == "--seq") o.seq = std::stoi(next());
+    else if (a == "--bf16-steps") o.bf16_steps = std::stoi(next());
+    else if (a == "--max-live") o.max_live = std::stoll(next());
+    else if (a == "--no-checkpointing") o.checkpointing = false;
+  }
+  const int rank = world->rank(), size = world->size();
+  const auto dir = std::filesystem::temp_directory_path() / ("so_parity_" + o.arch + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << model_config(o.arch);
+
+  int failures = 0;
+  try {
+    const auto run = train_engine(o, dir.string(), at::kFloat, o.steps, world->world());
+    if (rank == 0) {
+      const auto [ref_losses, ref_params] = train_reference(o, dir.string(), size);
+      double worst_loss = 0, worst_param = 0;
+      for (int s = 0; s < o.steps; ++s) {
+        const double rel = std::fabs(run.losses[s] - ref_losses[s]) / std::fabs(ref_losses[s]);
+        worst_loss = std::max(worst_loss, rel);
+        std::printf("step %2d  engine %.7f  reference %.7f  rel %.1e\n", s + 1, run.losses[s], ref_losses[s], rel);
+      }
+      std::string worst_name;
+      for (size_t i = 0; i < ref_params.size(); ++i) {
+        const double diff = (run.final_parameters[i] - ref_params[i]).abs().max().item<double>();
+        const double scale = std::max(1.0, ref_params[i].abs().max().item<double>());
+        if (diff / scale > worst_param) {
+          worst_param = diff / scale;
+          worst_name = run.parameter_names[i];
+        }
+      }
+      std::printf("largest parameter difference in %s\n", worst_name.c_str());
+      std::printf("%s, %d rank(s), %s: worst loss rel diff %.2e, worst parameter diff %.2e (loss %.4f -> %.4f)\n",
+                  o.arch.c_str(), size, o.checkpointing ? "checkpointing" : "all activations kept", worst_loss,
+                  worst_param, run.losses.front(), run.losses.back());
+      if (worst_loss > 1e-5 || worst_param > 1e-5) ++failures;
+      if (o.steps >= 10 && !(run.losses.back() < run.losses.front() - 0.3)) {
+        std::printf("FAIL: the loss did not fall\n");
+        ++failures;
+      }
+    }
+    // Peak parameter memory: a 1/N share of the model plus the gathered-layer budget.
+    const auto& m = run.memory;
+    const int64_t layers = static_cast<int64_t>(run.final_parameters.size());
+    const int64_t share = (run.model_numel + size - 1) / size + layers;  // + padding
+    if (rank == 0) {
+      std::printf("parameter memory per rank: shards %lld, peak gathered %lld, peak resident %lld elements "
+                  "(model %lld, share %lld, budget %lld)\n",
+                  static_cast<long long>(m.shard_numel), static_cast<long long>(m.peak_live_numel),
+                  static_cast<long long>(m.peak_resident_numel), static_cast<long long>(run.model_numel),
+                  static_cast<long long>(share), static_cast<long long>(o.max_live));
+    }
+    if (o.max_live < 1'000'000'000 && m.peak_resident_numel > share + o.max_live) {
+      std::printf("FAIL: rank %d held %lld parameter elements, more than share %lld + budget %lld\n", rank,
+                  static_cast<long long>(m.peak_resident_numel), static_cast<long long>(share),
+                  static_cast<long long>(o.max_live));
+      ++failures;
+    }
+    if (o.bf16_steps > 0) {
+      const auto fp32 = train_engine(o, dir.string(), at::kFloat, o.bf16_steps, world->world());
+      const auto bf16 = train_engine(o, dir.string(), at::kBFloat16, o.bf16_steps, world->world());
+      auto tail_mean = [](const std::vector<double>& v) {
+        double sum = 0;
+        for (size_t i = v.size() - 5; i < v.size(); ++i) sum += v[i];
+        return sum / 5;
+      };
+      const double a = tail_mean(fp32.losses), b = tail_mean(bf16.losses);
+      if (rank == 0) std::printf("after %d steps: fp32 loss %.4f, bf16 loss %.4f (%.2f%%)\n", o.bf16_steps, a, b, 100 * std::fabs(b - a) / a);
+      if (std::fabs(b - a) / a > 0.02) ++failures;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    failures = 1;
+  }
+  int any = 0;
+  MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  std::filesystem::remove_all(dir);
+  world.reset();
+  return any ? 1 : 0;
+}
