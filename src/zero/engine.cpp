@@ -3,11 +3,31 @@
 
 #include <torch/autograd.h>
 
+#include <chrono>
+#include <tuple>
 #include <set>
 
 #include "runtime/error.hpp"
 
 namespace superoffload::zero {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Adds the seconds of its scope to a counter.
+class ScopedTime {
+ public:
+  explicit ScopedTime(double& counter) : counter_(counter), start_(now_s()) {}
+  ~ScopedTime() { counter_ += now_s() - start_; }
+
+ private:
+  double& counter_;
+  double start_;
+};
+
+}  // namespace
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options)
     : model_(std::move(model)), comm_(comm), options_(options) {
@@ -40,6 +60,7 @@ void ZeroEngine::account() {
 }
 
 void ZeroEngine::gather(size_t i) {
+  ScopedTime timed(times_.gather_wait_s);
   layers_[i].wait_gathered();
   account();
 }
@@ -90,6 +111,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     prefetch(i + 1);
     inputs[i] = i == 0 ? x : x.detach();
     context.aux_losses = &layer_aux[i];
+    ScopedTime timed(times_.forward_s);
     if (options_.activation_checkpointing) {
       torch::NoGradGuard no_grad;
       x = layers_[i].layer().forward(inputs[i], context);
@@ -110,10 +132,18 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   gather(head);
   if (head >= 1) prefetch(head - 1);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
-  auto [loss, grad] = head_layer->loss_and_backward(x.detach(), labels, options_.loss_chunk_tokens, loss_scale, context);
+  model::LossSum loss;
+  at::Tensor grad;
+  {
+    ScopedTime timed(times_.forward_s);  // the head's forward and backward, fused chunk by chunk
+    std::tie(loss, grad) = head_layer->loss_and_backward(x.detach(), labels, options_.loss_chunk_tokens, loss_scale, context);
+  }
   result.loss_sum = loss.sum.item<double>();
   result.tokens = loss.tokens;
-  layers_[head].reduce_gradients();
+  {
+    ScopedTime timed(times_.reduce_s);
+    layers_[head].reduce_gradients();
+  }
   if (last_micro_batch && gradient_ready_) gradient_ready_(head);
   release(head);
 
@@ -121,6 +151,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   for (size_t i = head; i-- > 0;) {
     gather(i);
     if (i >= 1) prefetch(i - 1);
+    const double backward_start = now_s();
     at::Tensor out;
     if (options_.activation_checkpointing) {
       if (i > 0) inputs[i] = inputs[i].detach().requires_grad_(true);
@@ -140,7 +171,11 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     torch::autograd::backward(roots, grads);
     if (i > 0) grad = inputs[i].grad();
     outputs[i] = at::Tensor();
-    layers_[i].reduce_gradients();
+    times_.backward_s += now_s() - backward_start;
+    {
+      ScopedTime timed(times_.reduce_s);
+      layers_[i].reduce_gradients();
+    }
     if (last_micro_batch && gradient_ready_) gradient_ready_(i);
     release(i);
   }

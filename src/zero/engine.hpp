@@ -45,6 +45,14 @@ struct ParameterMemory {
   int64_t activation_bytes = 0;      // saved layer inputs at the peak of the last micro-batch
 };
 
+// Seconds spent per phase since reset_times(): compute excludes the waits counted apart.
+struct PhaseTimes {
+  double forward_s = 0;      // layer forwards (and the head's loss)
+  double backward_s = 0;     // recompute + backward
+  double gather_wait_s = 0;  // blocked waiting for all-gathers
+  double reduce_s = 0;       // gradient flattening and reduce-scatter
+};
+
 class ZeroEngine {
  public:
   ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options);
@@ -65,6 +73,8 @@ class ZeroEngine {
   const model::CausalLM& model() const { return *model_; }
   comm::Communicator& comm() { return comm_; }
   const ParameterMemory& memory() const { return memory_; }
+  const PhaseTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
 
   // Called with the layer index once that layer's gradient shard is complete for the step.
   using GradientReady = std::function<void(size_t layer)>;
@@ -82,6 +92,7 @@ class ZeroEngine {
   EngineOptions options_;
   std::vector<PartitionedLayer> layers_;
   ParameterMemory memory_;
+  PhaseTimes times_;
   GradientReady gradient_ready_;
 };
 
