@@ -21,10 +21,10 @@
 #include <optional>
 #include <string>
 
-#include "comm/mpi_communicator.hpp"
 #include "model/load_model.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
+#include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
 #include "zero/sharded_adamw.hpp"
 
@@ -86,7 +86,8 @@ struct EngineRun {
 };
 
 EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType dtype, int steps, MPI_Comm world) {
-  so::comm::MpiCommunicator comm(world);
+  auto communicator = so::zero::make_communicator("auto", at::kCPU, world);
+  auto& comm = *communicator;
   auto loaded = so::model::load_model(dir, "auto", "random", 42);
   EngineRun run;
   run.model_numel = loaded.model->shape().total_parameters;
@@ -99,6 +100,10 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
   options.loss_chunk_tokens = 5;
   so::zero::ZeroEngine engine(loaded.model, comm, options);
   so::zero::ShardedAdamW optimizer(engine, {0.9, 0.999, 1e-8, o.weight_decay, true});
+  // The optimizer hook: each layer's shard is announced once per step, on the last
+  // micro-batch, as soon as its reduce-scatter is done, in backward order (head first).
+  std::vector<size_t> ready;
+  engine.on_gradient_ready([&](size_t layer) { ready.push_back(layer); });
   const int world_size = comm.size(), rank = comm.rank();
   const int rows = o.micro * o.accumulation * world_size;
   for (int step = 0; step < steps; ++step) {
@@ -115,6 +120,10 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
     }
     comm.all_reduce(&loss_sum, 1, so::comm::DataType::f64, so::comm::ReduceOp::sum)->wait();
     run.losses.push_back(loss_sum / total_tokens);
+    std::vector<size_t> expected(engine.layers().size());
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected.size() - 1 - i;
+    if (ready != expected) throw std::runtime_error("gradient-ready callbacks out of order or repeated");
+    ready.clear();
     const double norm = optimizer.global_grad_norm();
     optimizer.clip_gradients(o.clip, norm);
     optimizer.step(o.lr);

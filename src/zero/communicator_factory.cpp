@@ -1,0 +1,36 @@
+// Communicator selection.
+#include "zero/communicator_factory.hpp"
+
+#include "comm/mpi_communicator.hpp"
+#include "runtime/build_config.hpp"
+#include "runtime/error.hpp"
+
+#if SUPEROFFLOAD_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "comm/nccl_communicator.hpp"
+#endif
+
+namespace superoffload::zero {
+
+std::unique_ptr<comm::Communicator> make_communicator(const std::string& backend, at::Device device, MPI_Comm comm) {
+  const bool cuda = device.is_cuda();
+  const std::string chosen = backend == "auto" ? (cuda ? "nccl" : "mpi") : backend;
+  if (chosen == "mpi") {
+    SO_CHECK(!cuda, "[runtime] comm_backend = \"mpi\" cannot work on GPU buffers (device " << device.str() << ")"
+                                                                                         << hint("use comm_backend = \"nccl\" or \"auto\""));
+    return std::make_unique<comm::MpiCommunicator>(comm);
+  }
+  SO_CHECK(chosen == "nccl", "unknown [runtime] comm_backend \"" << backend << "\" (auto, mpi or nccl)");
+  SO_CHECK(cuda, "[runtime] comm_backend = \"nccl\" needs a CUDA device, but the engine runs on " << device.str()
+                                                                                            << hint("use comm_backend = \"mpi\" or \"auto\" on the CPU"));
+#if SUPEROFFLOAD_WITH_CUDA
+  const int index = device.index();
+  return std::make_unique<comm::NcclCommunicator>(
+      comm, index, [index] { return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).stream(); });
+#else
+  SO_FAIL("this superoffload was built without the CUDA/NCCL path" << hint("rebuild with -DSUPEROFFLOAD_CUDA=ON"));
+#endif
+}
+
+}  // namespace superoffload::zero
