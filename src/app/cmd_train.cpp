@@ -1,10 +1,11 @@
-// `superoffload train`: validates the configuration, brings up logging, binding and the
-// per-rank log files. The training loop itself is not built yet (it needs the model
-// plugins, the ZeRO-3 engine and the optimizer), and the command says so and fails.
+// `superoffload train CONFIG`: validates the configuration, brings up logging (every rank's
+// file under <output_dir>/logs), binding and the engine, and runs the training loop.
 #include <filesystem>
 
 #include "app/commands.hpp"
 #include "runtime/mpi_world.hpp"
+#include "runtime/error.hpp"
+#include "train/trainer.hpp"
 
 namespace superoffload::app {
 
@@ -16,24 +17,27 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   };
   auto options = std::make_shared<Options>();
   add_config_options(*command, options->config, false);
-  command->add_option("--resume", options->resume, "Resume from a checkpoint: latest (default) or a path")
-      ->expected(0, 1)
-      ->default_str("latest");
-  command->callback([&run, &globals, options] {
-    run = [&globals, options](const runtime::MpiWorld& world) {
+  auto* resume = command->add_option("--resume", options->resume, "Resume from a checkpoint: latest (default) or a path")
+                     ->expected(0, 1)
+                     ->default_str("latest");
+  command->callback([&run, &globals, options, resume] {
+    const bool resume_requested = resume->count() > 0;
+    run = [&globals, options, resume_requested](const runtime::MpiWorld& world) {
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
-      const auto report = bind_and_report(world, cfg.runtime.bind);
+      const auto binding = runtime::bind_ranks(world, cfg.runtime.bind == "none" ? runtime::BindMode::none
+                                                                                   : runtime::BindMode::automatic);
+      const auto report = runtime::report_bindings(world, binding);
       if (world.rank() == 0) {
         SO_LOG(info) << "superoffload train: " << world.size() << " rank(s) on " << world.node_count() << " node(s)";
         for (const auto& line : report.table) SO_LOG(info) << line;
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
-        SO_LOG(error) << "superoffload train: the training loop is not implemented yet — it needs the model "
-                         "plugins, the ZeRO-3 engine and the optimizer. The configuration is valid; "
-                         "`superoffload config` shows it.";
       }
-      return 3;
+      SO_CHECK(!resume_requested,
+               "--resume: checkpoints are not written by this build yet, so there is nothing to resume from");
+      train::run_training(cfg, world, binding);
+      return 0;
     };
   });
 }

@@ -104,4 +104,8 @@ void Hdf5File::write_int64(const std::string& dataset, const std::vector<hsize_t
   write(dataset, shape, H5T_NATIVE_INT64, values);
 }
 
+void Hdf5File::write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values) {
+  write(dataset, shape, H5T_NATIVE_UINT32, values);
+}
+
 }  // namespace superoffload::io

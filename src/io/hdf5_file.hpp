@@ -57,6 +57,7 @@ class Hdf5File {
   // Chunked, with Fletcher32 checksums.
   void write_float(const std::string& dataset, const std::vector<hsize_t>& shape, const float* values);
   void write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values);
+  void write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values);
 
  private:
   void write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type, const void* values);

@@ -1,0 +1,197 @@
+// The training loop.
+#include "train/trainer.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "data/sampler.hpp"
+#include "data/token_dataset.hpp"
+#include "model/load_model.hpp"
+#include "runtime/error.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/mpi_world.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/throughput.hpp"
+#include "zero/communicator_factory.hpp"
+#include "zero/engine.hpp"
+#include "zero/sharded_adamw.hpp"
+
+namespace superoffload::train {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return text;
+}
+
+at::Device choose_device(const config::RuntimeConfig& runtime, const runtime::RankBinding& binding) {
+  if (runtime.device == "cpu") return at::kCPU;
+  if (runtime.device == "cuda") {
+    SO_CHECK(binding.gpu >= 0, "[runtime] device = \"cuda\" but this rank sees no GPU"
+                                   << hint("check --gpus-per-task / CUDA_VISIBLE_DEVICES, or use device = \"auto\""));
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu));
+  }
+  return binding.gpu >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu)) : at::Device(at::kCPU);
+}
+
+}  // namespace
+
+TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding) {
+  const auto& t = cfg.training;
+  const int rank = world.rank(), size = world.size();
+  const at::Device device = choose_device(cfg.runtime, binding);
+  SO_CHECK(cfg.data.format == "auto" || cfg.data.format == "hdf5",
+           "[data] format = \"" << cfg.data.format << "\" is not supported yet; this build trains on pre-tokenized HDF5"
+                                << hint("use a .h5 file with a `tokens` dataset (see datasets/README.md)"));
+  if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) {
+    SO_LOG(warning) << "checkpoints are not written by this build yet ([checkpoint] settings are accepted and ignored)";
+  }
+  if (cfg.offload.device == "cpu") {
+    SO_LOG(info) << "optimizer: reference AdamW over fp32 shards after backward (the speculative CPU optimizer of "
+                    "[offload] is not built yet)";
+  }
+
+  auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed));
+  const auto shape = loaded.model->shape();
+  auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
+  zero::EngineOptions options;
+  options.compute_dtype = cfg.precision.bf16 ? at::kBFloat16 : at::kFloat;
+  options.device = device;
+  options.activation_checkpointing = t.activation_checkpointing;
+  options.max_live_parameters = cfg.zero.stage3_max_live_parameters;
+  options.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
+  options.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  zero::ZeroEngine engine(loaded.model, *communicator, options);
+  zero::ShardedAdamW optimizer(engine, {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+                                        cfg.optimizer.weight_decay, cfg.optimizer.type == "adamw"});
+
+  const data::TokenDataset dataset(cfg.data.path, cfg.data.seq_len);
+  data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
+                                   t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
+  int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
+  if (t.bench_steps > 0) total_steps = std::min(total_steps, t.warmup_steps + t.bench_steps);
+  const LrSchedule schedule(cfg.lr_schedule, cfg.optimizer.lr, total_steps);
+
+  ThroughputInputs throughput{static_cast<double>(shape.active_parameters), shape.num_layers, shape.hidden_size,
+                              cfg.data.seq_len, t.activation_checkpointing, t.train_batch_size, size};
+  const double peak = peak_tflops(cfg.runtime.peak_tflops, binding.gpu_name);
+  if (rank == 0) {
+    SO_LOG(info) << "training " << shape.total_parameters / 1e6 << "M parameters (" << shape.active_parameters / 1e6
+                 << "M active) on " << size << " rank(s), device " << device.str() << ", "
+                 << (cfg.precision.bf16 ? "bf16" : "fp32") << ", " << total_steps << " steps of "
+                 << t.train_batch_size << " x " << cfg.data.seq_len << " tokens; dataset " << dataset.size()
+                 << " samples (" << sampler.batches_per_epoch() << " steps per epoch)";
+  }
+
+  TrainSummary summary;
+  int64_t consecutive_skips = 0;
+  double timed_s = 0;
+  int64_t timed_steps = 0;
+  const double start_s = now_s();
+  const auto seq = cfg.data.seq_len;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const double step_start = now_s();
+    const auto micro_batches = sampler.next();
+    std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+    double tokens = 0;
+    for (const auto& indices : micro_batches) {
+      auto inputs = at::empty({static_cast<int64_t>(indices.size()), seq}, at::kLong);
+      auto labels = at::empty_like(inputs);
+      for (size_t i = 0; i < indices.size(); ++i) {
+        dataset.sample(indices[i], inputs[static_cast<int64_t>(i)].data_ptr<int64_t>(),
+                       labels[static_cast<int64_t>(i)].data_ptr<int64_t>());
+      }
+      tokens += static_cast<double>(labels.ne(-100).sum().item<int64_t>());
+      batches.emplace_back(inputs.to(device), labels.to(device));
+    }
+    // Every token of the global batch weighs the same: 1 / (tokens over all ranks).
+    communicator->all_reduce(&tokens, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+    engine.zero_grad();
+    double sums[2] = {0, 0};  // loss, aux
+    for (size_t m = 0; m < batches.size(); ++m) {
+      const auto r = engine.forward_backward(batches[m].first, batches[m].second, 1.0 / std::max(1.0, tokens),
+                                             1.0 / static_cast<double>(batches.size() * size), m + 1 == batches.size());
+      sums[0] += r.loss_sum;
+      sums[1] += r.aux_loss;
+    }
+    communicator->all_reduce(sums, 2, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+    const double loss = sums[0] / std::max(1.0, tokens);
+    const double lr = schedule.at(step);
+    const double norm = optimizer.global_grad_norm();
+    const bool finite = std::isfinite(norm) && std::isfinite(loss);
+    if (finite) {
+      consecutive_skips = 0;
+      if (t.gradient_clipping > 0) optimizer.clip_gradients(t.gradient_clipping, norm);
+      optimizer.step(lr);
+    } else {
+      ++summary.skipped_steps;
+      SO_CHECK(++consecutive_skips < cfg.optimizer.max_consecutive_skips,
+               consecutive_skips << " consecutive steps had non-finite gradients (step " << step + 1 << ")"
+                                 << hint("lower [optimizer] lr, enable gradient_clipping, or check the data"));
+    }
+    const double step_s = now_s() - step_start;
+    summary.losses.push_back(loss);
+    if (step >= t.warmup_steps) {
+      timed_s += step_s;
+      ++timed_steps;
+    }
+    if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps)) {
+      const double tflops = tflops_per_device(throughput, step_s);
+      const double elapsed = now_s() - start_s;
+      std::ostringstream line;
+      line.setf(std::ios::fixed);
+      line.precision(4);
+      line << "Step " << step + 1 << "/" << total_steps << " | Loss " << loss;
+      line.precision(3);
+      line << std::scientific << " | LR " << lr << std::fixed << " | Grad norm " << norm;
+      line.precision(0);
+      line << " | Time " << step_s * 1000 << " ms";
+      line.precision(2);
+      line << " | TFLOPS " << tflops;
+      line.precision(0);
+      line << " | Tokens/s " << tokens / step_s;
+      if (peak > 0) {
+        line.precision(1);
+        line << " | MFU " << 100 * tflops / peak << "%";
+      }
+      if (!finite) line << " | skipped (non-finite)";
+      line << " | ETA " << format_duration(elapsed / static_cast<double>(step + 1) * static_cast<double>(total_steps - step - 1));
+      SO_LOG(info) << line.str();
+      if (cfg.metrics.wall_clock_breakdown) {
+        const auto& times = engine.times();
+        SO_LOG(info) << "  time breakdown (s): forward " << times.forward_s << ", backward " << times.backward_s
+                     << ", gather wait " << times.gather_wait_s << ", reduce " << times.reduce_s;
+      }
+    }
+    engine.reset_times();
+  }
+  summary.steps = total_steps;
+  summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
+  if (summary.mean_step_s > 0) {
+    summary.tokens_per_s = static_cast<double>(t.train_batch_size * seq) / summary.mean_step_s;
+    summary.tflops = tflops_per_device(throughput, summary.mean_step_s);
+  }
+  if (rank == 0) {
+    const auto& memory = engine.memory();
+    SO_LOG(info) << "summary: " << summary.steps << " steps, loss " << summary.losses.front() << " -> "
+                 << summary.losses.back() << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
+                 << t.warmup_steps << " warm-up steps), " << summary.tokens_per_s << " tokens/s, " << summary.tflops
+                 << " TFLOPS per device; parameter elements per rank: shards " << memory.shard_numel
+                 << ", peak gathered " << memory.peak_live_numel << "; optimizer state "
+                 << optimizer.state_bytes() / 1e6 << " MB per rank; skipped steps " << summary.skipped_steps;
+  }
+  return summary;
+}
+
+}  // namespace superoffload::train

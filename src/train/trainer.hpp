@@ -1,0 +1,30 @@
+// The step loop of `superoffload train`: data → ZeRO-3 engine → optimizer, with the LR
+// schedule, gradient clipping, non-finite-step skipping, the per-step log line (rank 0) and
+// a timing summary at the end.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "runtime/binding.hpp"
+
+namespace superoffload::runtime {
+class MpiWorld;
+}
+
+namespace superoffload::train {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  std::vector<double> losses;
+  double mean_step_s = 0;   // excluding the first training.warmup_steps
+  double tokens_per_s = 0;
+  double tflops = 0;        // per device
+  int64_t skipped_steps = 0;
+};
+
+TrainSummary run_training(const config::Config& config, const runtime::MpiWorld& world,
+                          const runtime::RankBinding& binding);
+
+}  // namespace superoffload::train
