@@ -26,6 +26,8 @@ class PartitionedLayer {
   bool persistent() const { return persistent_; }
   bool live() const { return gathered_.defined(); }
   bool gathering() const { return pending_ != nullptr; }
+  at::ScalarType compute_dtype() const { return options_.dtype().toScalarType(); }
+  at::Device device() const { return options_.device(); }
 
   // This rank's fp32 values of its shard (for the optimizer's master copy).
   at::Tensor shard_fp32() const { return device_shard_.to(at::kFloat); }

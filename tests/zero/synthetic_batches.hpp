@@ -1,0 +1,36 @@
+// Test data for the ZeRO and offload tests: deterministic batches with learnable structure.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <utility>
+
+namespace superoffload::testing {
+
+constexpr int64_t kVocab = 61;
+
+// Sequences with learnable structure: t[j+1] = (t[j] + b) mod V with a stride b of 1 to 3
+// per row, plus 10% noise. The global batch of a step is the same on every rank; ranks take disjoint rows.
+inline std::pair<at::Tensor, at::Tensor> global_batch(int step, int rows, int seq) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  auto tokens = at::empty({rows, seq}, at::kLong);
+  auto start = at::randint(0, kVocab, {rows}, generator, at::kLong);
+  auto a = at::ones({rows}, at::kLong), b = at::randint(1, 4, {rows}, generator, at::kLong);
+  auto noise = at::rand({rows, seq}, generator);
+  auto random = at::randint(0, kVocab, {rows, seq}, generator, at::kLong);
+  auto t = tokens.accessor<int64_t, 2>();
+  for (int r = 0; r < rows; ++r) {
+    int64_t v = start[r].item<int64_t>();
+    for (int j = 0; j < seq; ++j) {
+      t[r][j] = noise[r][j].item<float>() < 0.1f ? random[r][j].item<int64_t>() : v;
+      v = (a[r].item<int64_t>() * v + b[r].item<int64_t>()) % kVocab;
+    }
+  }
+  auto labels = at::full({rows, seq}, -100, at::kLong);
+  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
+  labels.narrow(0, 0, 1).narrow(1, 0, 3).fill_(-100);  // a masked prompt in the first row
+  return {tokens, labels};
+}
+
+}  // namespace superoffload::testing
