@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
 #include "zero/sharded_adamw.hpp"
+#include "offload/offload_optimizer.hpp"
 
 namespace superoffload::train {
 namespace {
@@ -57,10 +59,6 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) {
     SO_LOG(warning) << "checkpoints are not written by this build yet ([checkpoint] settings are accepted and ignored)";
   }
-  if (cfg.offload.device == "cpu") {
-    SO_LOG(info) << "optimizer: reference AdamW over fp32 shards after backward (the speculative CPU optimizer of "
-                    "[offload] is not built yet)";
-  }
 
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed));
   const auto shape = loaded.model->shape();
@@ -73,8 +71,37 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   options.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
   options.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
   zero::ZeroEngine engine(loaded.model, *communicator, options);
-  zero::ShardedAdamW optimizer(engine, {cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
-                                        cfg.optimizer.weight_decay, cfg.optimizer.type == "adamw"});
+  // [offload] device = "cpu": the SuperOffload optimizer (speculative when super_offload);
+  // "none": the reference AdamW over the shards, after backward.
+  std::optional<offload::OffloadOptimizer> offloaded;
+  std::optional<zero::ShardedAdamW> on_device;
+  if (cfg.offload.device == "cpu") {
+    offload::OffloadSettings s;
+    s.beta1 = static_cast<float>(cfg.optimizer.betas[0]);
+    s.beta2 = static_cast<float>(cfg.optimizer.betas[1]);
+    s.eps = static_cast<float>(cfg.optimizer.eps);
+    s.weight_decay = static_cast<float>(cfg.optimizer.weight_decay);
+    s.decoupled = cfg.optimizer.type == "adamw";
+    s.sub_group_size = cfg.zero.sub_group_size;
+    s.ratio = cfg.offload.ratio;
+    s.super_offload = cfg.offload.super_offload;
+    s.gradient_clipping = t.gradient_clipping;
+    // cpuadam_cores_perc of the rank's bound cores, the first ones of its binding.
+    const auto& cpus = binding.cpus.cpus();
+    const auto count = std::max<size_t>(1, static_cast<size_t>(std::floor(cfg.offload.cpuadam_cores_perc * static_cast<double>(cpus.size()))));
+    if (binding.source != runtime::BindingSource::none) s.cpus.assign(cpus.begin(), cpus.begin() + static_cast<std::ptrdiff_t>(std::min(count, cpus.size())));
+    s.threads = count;
+    offloaded.emplace(engine, s);
+    if (rank == 0) {
+      SO_LOG(info) << "optimizer: " << (s.super_offload ? "SuperOffload (CPU steps speculated during backward)" : "ZeRO-Offload (CPU steps after backward)")
+                   << ", " << offloaded->cpu_sub_groups() << " of " << offloaded->sub_groups() << " sub-groups on the CPU (ratio "
+                   << s.ratio << "), SIMD " << offload::adamw_target() << ", " << std::max(s.cpus.size(), s.threads)
+                   << " thread(s)";
+    }
+  } else {
+    on_device.emplace(engine, zero::AdamWSettings{cfg.optimizer.betas[0], cfg.optimizer.betas[1], cfg.optimizer.eps,
+                                                  cfg.optimizer.weight_decay, cfg.optimizer.type == "adamw"});
+  }
 
   const data::TokenDataset dataset(cfg.data.path, cfg.data.seq_len);
   data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
@@ -118,6 +145,8 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     // Every token of the global batch weighs the same: 1 / (tokens over all ranks).
     communicator->all_reduce(&tokens, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
     engine.zero_grad();
+    const double lr = schedule.at(step);
+    if (offloaded) offloaded->begin_step(lr);
     double sums[2] = {0, 0};  // loss, aux
     for (size_t m = 0; m < batches.size(); ++m) {
       const auto r = engine.forward_backward(batches[m].first, batches[m].second, 1.0 / std::max(1.0, tokens),
@@ -127,13 +156,22 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     }
     communicator->all_reduce(sums, 2, comm::DataType::f64, comm::ReduceOp::sum)->wait();
     const double loss = sums[0] / std::max(1.0, tokens);
-    const double lr = schedule.at(step);
-    const double norm = optimizer.global_grad_norm();
-    const bool finite = std::isfinite(norm) && std::isfinite(loss);
+    double norm = 0;
+    bool finite = true;
+    if (offloaded) {
+      const auto outcome = offloaded->finish_step();
+      norm = outcome.grad_norm;
+      finite = !outcome.skipped;
+    } else {
+      norm = on_device->global_grad_norm();
+      finite = std::isfinite(norm);
+      if (finite) {
+        if (t.gradient_clipping > 0) on_device->clip_gradients(t.gradient_clipping, norm);
+        on_device->step(lr);
+      }
+    }
     if (finite) {
       consecutive_skips = 0;
-      if (t.gradient_clipping > 0) optimizer.clip_gradients(t.gradient_clipping, norm);
-      optimizer.step(lr);
     } else {
       ++summary.skipped_steps;
       SO_CHECK(++consecutive_skips < cfg.optimizer.max_consecutive_skips,
@@ -170,8 +208,15 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       SO_LOG(info) << line.str();
       if (cfg.metrics.wall_clock_breakdown) {
         const auto& times = engine.times();
-        SO_LOG(info) << "  time breakdown (s): forward " << times.forward_s << ", backward " << times.backward_s
-                     << ", gather wait " << times.gather_wait_s << ", reduce " << times.reduce_s;
+        std::ostringstream breakdown;
+        breakdown << "  time breakdown (s): forward " << times.forward_s << ", backward " << times.backward_s
+                  << ", gather wait " << times.gather_wait_s << ", reduce " << times.reduce_s;
+        if (offloaded) {
+          const auto& o = offloaded->times();
+          breakdown << ", d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s << ", device_step " << o.device_step_s
+                    << ", h2d " << o.h2d_s << ", wait " << o.wait_s << ", rollback " << o.rollback_s;
+        }
+        SO_LOG(info) << breakdown.str();
       }
     }
     engine.reset_times();
@@ -188,8 +233,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
                  << summary.losses.back() << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
                  << t.warmup_steps << " warm-up steps), " << summary.tokens_per_s << " tokens/s, " << summary.tflops
                  << " TFLOPS per device; parameter elements per rank: shards " << memory.shard_numel
-                 << ", peak gathered " << memory.peak_live_numel << "; optimizer state "
-                 << optimizer.state_bytes() / 1e6 << " MB per rank; skipped steps " << summary.skipped_steps;
+                 << ", peak gathered " << memory.peak_live_numel << "; skipped steps " << summary.skipped_steps;
   }
   return summary;
 }
