@@ -69,12 +69,23 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   // The first 1 − ratio of the sub-groups in parameter order go to the device.
   const auto on_device = static_cast<size_t>(std::floor((1.0 - s_.ratio) * static_cast<double>(groups_.size()) + 1e-9));
   const auto device = layers.empty() ? at::Device(at::kCPU) : layers[0].device();
+  int64_t host_bytes = 0;  // what the CPU sub-groups keep in host memory: master, moments, grad, bf16
+  for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += (16 + (bf16_ ? 2 : 0)) * (groups_[i].end - groups_[i].begin);
+  host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = groups_[i];
     g.on_cpu = i >= on_device;
     if (g.on_cpu) {
-      g.grad = at::empty_like(g.master);
-      if (bf16_) g.bf16 = at::empty(g.master.sizes(), at::kBFloat16);
+      auto place = [&](const at::Tensor& values) {
+        auto t = host_memory_->empty(values.sizes(), values.scalar_type());
+        t.copy_(values);
+        return t;
+      };
+      g.master = place(g.master);
+      g.exp_avg = place(g.exp_avg);
+      g.exp_avg_sq = place(g.exp_avg_sq);
+      g.grad = host_memory_->empty(g.master.sizes(), at::kFloat);
+      if (bf16_) g.bf16 = host_memory_->empty(g.master.sizes(), at::kBFloat16);
     } else {
       g.master = g.master.to(device);
       g.exp_avg = g.exp_avg.to(device);
@@ -247,8 +258,11 @@ void OffloadOptimizer::upload() {
     std::vector<at::Tensor> parts;
     for (size_t i : groups_of_layer_[l]) {
       const auto& g = groups_[i];
-      // The CPU kernel already wrote the bf16 copy: the link carries the narrow type.
-      parts.push_back(g.on_cpu && bf16_ ? g.bf16.to(layers[l].device()) : g.master.to(layers[l].device()));
+      // The CPU kernel already wrote the bf16 copy: the link carries the narrow type. From
+      // pinned memory the copy is asynchronous, queued on the compute stream before the next
+      // forward (which is on the same stream), so it needs no host synchronisation.
+      const auto& source = g.on_cpu && bf16_ ? g.bf16 : g.master;
+      parts.push_back(source.to(layers[l].device(), /*non_blocking=*/source.is_pinned()));
     }
     layers[l].set_shard(at::cat(parts));
   }

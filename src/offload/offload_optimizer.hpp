@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "offload/cpu_adamw.hpp"
+#include "offload/host_memory.hpp"
 #include "offload/thread_pool.hpp"
 #include "zero/engine.hpp"
 
@@ -36,6 +37,7 @@ struct OffloadSettings {
   double gradient_clipping = 0; // 0: no clipping (and no clipping validation)
   std::vector<int> cpus;        // CPUs of the optimizer threads (first one: the worker)
   size_t threads = 1;           // when cpus is empty
+  bool pin_memory = true;       // page-locked host buffers when the engine runs on a GPU
 };
 
 // Seconds per phase of the last step (the logged wall_clock_breakdown).
@@ -101,6 +103,7 @@ class OffloadOptimizer {
   std::vector<SubGroup> groups_;
   std::vector<std::vector<size_t>> groups_of_layer_;
   ThreadPool pool_;
+  std::unique_ptr<HostMemory> host_memory_;
   double lr_ = 0;
   OffloadTimes times_;
   bool bf16_ = false;

@@ -86,6 +86,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     s.ratio = cfg.offload.ratio;
     s.super_offload = cfg.offload.super_offload;
     s.gradient_clipping = t.gradient_clipping;
+    s.pin_memory = cfg.offload.pin_memory;
     // cpuadam_cores_perc of the rank's bound cores, the first ones of its binding.
     const auto& cpus = binding.cpus.cpus();
     const auto count = std::max<size_t>(1, static_cast<size_t>(std::floor(cfg.offload.cpuadam_cores_perc * static_cast<double>(cpus.size()))));

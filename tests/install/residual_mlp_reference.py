@@ -30,6 +30,10 @@ save_file(w, os.path.join(directory, "model.safetensors"))
 tokens = torch.randint(0, vocab, (3, 12), generator=g)
 with h5py.File(os.path.join(directory, "tokens.h5"), "w") as f:
     f["tokens"] = tokens.numpy()
+# Training data for the same model: a 1-D uint32 stream with a repeating pattern.
+stream = (torch.arange(4000) * 7 % vocab).to(torch.int64).numpy().astype("uint32")
+with h5py.File(os.path.join(directory, "train.h5"), "w") as f:
+    f["tokens"] = stream
 x = w["model.embed_tokens.weight"][tokens]
 for i in range(layers):
     h = torch.relu(x @ w[f"model.layers.{i}.up.weight"].T + w[f"model.layers.{i}.up.bias"])

@@ -28,4 +28,22 @@ out=$("$prefix/bin/superoffload" eval --model "$tmp/model" --tokens "$tmp/model/
 loss=$(awk '/^mean loss/ {print $3}' <<<"$out")
 "$SO_PYTHON" -c "import sys; a, b = float('$loss'), float('$reference'); sys.exit(0 if abs(a - b) < 1e-5 else 1)" \
   || fail "eval loss $loss differs from the PyTorch reference $reference"
-echo "out-of-tree plugin: built against the installed package, loaded, loss $loss = reference $reference"
+cat > "$tmp/train.toml" <<TOML
+[model]
+path = "$tmp/model"
+[data]
+path = "$tmp/model/train.h5"
+seq_len = 16
+[training]
+output_dir = "$tmp/run"
+train_micro_batch_size_per_gpu = 4
+max_steps = 6
+[optimizer]
+lr = 1e-2
+[runtime]
+device = "cpu"
+TOML
+out=$("$prefix/bin/superoffload" train "$tmp/train.toml" 2>&1) || fail "training with the out-of-tree plugin: $out"
+expect_contains "$out" "Step 6/6 | Loss" "training steps"
+expect_contains "$out" "plugin residual_mlp 0.1.0" "model built by the out-of-tree plugin"
+echo "out-of-tree plugin: built against the installed package, loaded, loss $loss = reference $reference, trained 6 steps"

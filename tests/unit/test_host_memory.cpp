@@ -1,0 +1,40 @@
+// Host memory of the offloaded optimizer: pinned only when asked, refused with the reason
+// when RLIMIT_MEMLOCK is too small, and a failed pinning (no GPU driver here) falls back to
+// plain memory that works.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include "offload/host_memory.hpp"
+#include "runtime/logging.hpp"
+
+namespace o = superoffload::offload;
+
+TEST(HostMemory, CpuOnlyRunsUsePlainMemory) {
+  o::HostMemory memory(false, 1 << 20);
+  EXPECT_FALSE(memory.pinned());
+  auto t = memory.empty({16}, at::kFloat);
+  EXPECT_FALSE(t.is_pinned());
+}
+
+TEST(HostMemory, SmallMemlockLimitIsReportedNotFatal) {
+  superoffload::log::init(superoffload::log::Level::error);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = 64 * 1024;  // lowering is always allowed
+  ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &small), 0);
+  o::HostMemory memory(true, int64_t{1} << 30);
+  EXPECT_FALSE(memory.pinned());
+  EXPECT_NE(memory.why_not_pinned().find("ulimit -l"), std::string::npos) << memory.why_not_pinned();
+  setrlimit(RLIMIT_MEMLOCK, &old);
+}
+
+TEST(HostMemory, FailedPinningFallsBackToPlainMemory) {
+  superoffload::log::init(superoffload::log::Level::error);
+  o::HostMemory memory(true, 1024);
+  auto t = memory.empty({8}, at::kFloat);
+  t.fill_(1.0f);
+  EXPECT_EQ(t.sum().item<float>(), 8.0f);
+  if (!memory.pinned()) EXPECT_FALSE(memory.why_not_pinned().empty()) << "a fallback says why";
+}
