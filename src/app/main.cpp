@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "app/commands.hpp"
+#include "runtime/allocator.hpp"
 #include "runtime/check_hdf5.hpp"
 #include "runtime/job_exit.hpp"
 #include "runtime/logging.hpp"
@@ -15,6 +16,7 @@ namespace so = superoffload;
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::info);
   so::detail::silence_hdf5_auto_print();
+  so::runtime::configure_host_allocator();
 
   std::optional<so::runtime::MpiWorld> world;
   try {

@@ -63,9 +63,14 @@ std::pair<LossSum, at::Tensor> HeadLayer::loss_and_backward(const at::Tensor& hi
 }
 
 void CausalLM::init_parameters(uint64_t seed) {
+  for (size_t i = 0; i < layers().size(); ++i) init_layer_parameters(i, seed);
+}
+
+void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
   torch::NoGradGuard no_grad;
   const double std = initializer_range();
-  for (const auto& layer : layers()) {
+  {
+    const auto& layer = layers().at(layer_index);
     for (auto& [name, tensor] : layer->hf_parameters()) {
       auto generator = at::make_generator<at::CPUGeneratorImpl>(seed ^ fnv1a(name));
       if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {

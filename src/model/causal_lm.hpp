@@ -69,6 +69,8 @@ class CausalLM {
   virtual ~CausalLM() = default;
   // Embedding first, head last.
   virtual const std::vector<std::shared_ptr<Layer>>& layers() const = 0;
+  // Counts the parameters as they are now: call it before a ZeRO engine partitions the model
+  // (partitioned layers hold no full parameters).
   virtual ModelShape shape() const = 0;
   virtual bool is_moe() const { return false; }
   // Parameters shared by two layers (tied embeddings): (owner's HF name, alias HF name).
@@ -86,6 +88,8 @@ class CausalLM {
   // Each tensor's generator is seeded from `seed` and its HF name, so the values do not
   // depend on layer order, partitioning or world size.
   void init_parameters(uint64_t seed);
+  // The same for one layer (streaming set-up: layers materialised one at a time).
+  void init_layer_parameters(size_t layer, uint64_t seed);
   // Forward + backward FLOPs per token, the SuperOffload examples' formula:
   // c·(2·N + 4·L·h·s) with c = 4 under activation checkpointing, else 3 (N active parameters,
   // L layers, h hidden size, s sequence length).

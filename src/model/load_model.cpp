@@ -11,7 +11,7 @@
 namespace superoffload::model {
 
 LoadedModel load_model(const std::string& directory, const std::string& plugin, const std::string& init,
-                       uint64_t seed) {
+                       uint64_t seed, bool defer) {
   SO_CHECK(std::filesystem::is_directory(directory),
            "model directory " << directory << " does not exist" << hint("[model] path / --model must name a HuggingFace model directory"));
   LoadedModel out{HfConfig::load((std::filesystem::path(directory) / "config.json").string()), {}, nullptr, false};
@@ -27,15 +27,22 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
 
   const bool has_weights = SafetensorsCheckpoint::exists_in(directory);
   if (init == "random" || (init == "auto" && !has_weights)) {
-    out.model->init_parameters(seed);
+    auto model = out.model;
+    out.materialize = [model, seed](size_t layer) { model->init_layer_parameters(layer, seed); };
     SO_LOG(info) << "parameters initialised randomly (initializer_range " << out.model->initializer_range() << ", seed "
-                 << seed << ")";
-    return out;
+                 << seed << ")" << (defer ? ", layer by layer" : "");
+  } else {
+    SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\"");
+    auto checkpoint = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(directory));
+    check_weights(*out.model, *checkpoint);  // every name, before any layer is read
+    auto model = out.model;
+    out.materialize = [model, checkpoint](size_t layer) { load_layer_weights(*model, layer, *checkpoint); };
+    out.pretrained = true;
   }
-  SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\"");
-  auto checkpoint = SafetensorsCheckpoint::open(directory);
-  load_weights(*out.model, checkpoint);
-  out.pretrained = true;
+  if (!defer) {
+    for (size_t i = 0; i < out.model->layers().size(); ++i) out.materialize(i);
+    out.materialize = nullptr;
+  }
   return out;
 }
 

@@ -32,7 +32,7 @@ bool ignorable(const CausalLM& model, const std::string& name) {
 
 // The checkpoint's name for a parameter: the HF name, or the name without the base-model
 // prefix in checkpoints saved from the base model alone.
-std::string checkpoint_name(const CausalLM& model, SafetensorsCheckpoint& checkpoint, const std::string& name) {
+std::string checkpoint_name(const CausalLM& model, const SafetensorsCheckpoint& checkpoint, const std::string& name) {
   if (checkpoint.contains(name)) return name;
   const auto prefix = model.checkpoint_prefix();
   if (!prefix.empty() && name.starts_with(prefix) && checkpoint.contains(name.substr(prefix.size()))) {
@@ -44,7 +44,7 @@ std::string checkpoint_name(const CausalLM& model, SafetensorsCheckpoint& checkp
 // Published GPT-OSS checkpoints store expert weights as MXFP4: <name>_blocks (uint8, two
 // e2m1 values per byte, low nibble first, 32 values per group) and <name>_scales (uint8
 // exponents, bias 127) with rows = output features. HF dequantizes them to [experts, in, out].
-bool is_mxfp4(SafetensorsCheckpoint& checkpoint, const std::string& name) {
+bool is_mxfp4(const SafetensorsCheckpoint& checkpoint, const std::string& name) {
   return !checkpoint.contains(name) && checkpoint.contains(name + "_blocks") && checkpoint.contains(name + "_scales");
 }
 
@@ -105,7 +105,7 @@ at::Tensor as_tensor(const TensorView& view) {
   return at::from_blob(const_cast<std::byte*>(view.data), view.shape, at::TensorOptions().dtype(scalar_type_of(view.dtype)));
 }
 
-void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   std::set<std::string> aliases;
   for (const auto& [owner, alias] : model.tied_parameters()) aliases.insert(alias);
   std::set<std::string> expected;
@@ -133,8 +133,12 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
     throw Error(text, "check that config.json belongs to these weights and that the plugin handles the architecture",
                 Error::UserInput{});
   }
+}
+
+void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint) {
   torch::NoGradGuard no_grad;
-  for (const auto& layer : model.layers()) {
+  {
+    const auto& layer = model.layers().at(layer_index);
     for (auto& [name, parameter] : layer->hf_parameters()) {
       const auto stored = checkpoint_name(model, checkpoint, name);
       const auto source = is_mxfp4(checkpoint, stored)
@@ -148,6 +152,11 @@ void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
       parameter.copy_(source);  // converts dtype and device
     }
   }
+}
+
+void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+  check_weights(model, checkpoint);
+  for (size_t i = 0; i < model.layers().size(); ++i) load_layer_weights(model, i, checkpoint);
 }
 
 }  // namespace superoffload::model

@@ -15,8 +15,13 @@ DType dtype_of(at::ScalarType type);
 // A tensor sharing the mapped bytes of `view` (no copy; valid while its file is open).
 at::Tensor as_tensor(const TensorView& view);
 
-// Copies every parameter of `model` from `checkpoint`. Throws naming the missing and
-// unexpected tensors, or the first tensor whose shape differs.
+// Checks that `checkpoint` has exactly the model's tensors; throws naming the missing and
+// unexpected ones.
+void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint);
+// Copies one layer's parameters from `checkpoint` (read from the memory map, converted).
+// Throws naming the first tensor whose shape differs.
+void load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint);
+// check_weights, then every layer.
 void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint);
 
 }  // namespace superoffload::model

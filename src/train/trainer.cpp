@@ -60,7 +60,8 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     SO_LOG(warning) << "checkpoints are not written by this build yet ([checkpoint] settings are accepted and ignored)";
   }
 
-  auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed));
+  auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
+                                  /*defer=*/true);
   const auto shape = loaded.model->shape();
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
   zero::EngineOptions options;
@@ -70,7 +71,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   options.max_live_parameters = cfg.zero.stage3_max_live_parameters;
   options.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
   options.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
-  zero::ZeroEngine engine(loaded.model, *communicator, options);
+  zero::ZeroEngine engine(loaded.model, *communicator, options, loaded.materialize);
   // [offload] device = "cpu": the SuperOffload optimizer (speculative when super_offload);
   // "none": the reference AdamW over the shards, after backward.
   std::optional<offload::OffloadOptimizer> offloaded;

@@ -29,7 +29,8 @@ class ScopedTime {
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options)
+ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
+                       const std::function<void(size_t)>& materialize)
     : model_(std::move(model)), comm_(comm), options_(options) {
   const auto& layers = model_->layers();
   SO_CHECK(layers.size() >= 2, "a model needs at least an embedding and a head layer");
@@ -43,6 +44,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     int64_t numel = 0;
     for (const auto& [name, t] : layers[i]->hf_parameters()) numel += t.numel();
     const bool persistent = numel < options_.persistence_threshold || (tied && i == 0);
+    if (materialize) materialize(i);
     layers_.emplace_back(layers[i], comm_, options_.compute_dtype, options_.device, persistent);
   }
   account();

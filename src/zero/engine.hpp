@@ -55,7 +55,10 @@ struct PhaseTimes {
 
 class ZeroEngine {
  public:
-  ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options);
+  // `materialize` (optional) fills layer i just before it is partitioned (streaming set-up:
+  // a rank holds its shards plus at most one full layer, never the whole model).
+  ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
+             const std::function<void(size_t)>& materialize = nullptr);
 
   // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
   // -100 where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens

@@ -21,17 +21,19 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
     : layer_(std::move(layer)), comm_(comm), persistent_(persistent),
       options_(at::TensorOptions().dtype(compute_dtype).device(device)) {
   std::vector<ParameterSlot> slots;
-  std::vector<at::Tensor> flat_pieces;
   for (auto& [name, tensor] : layer_->hf_parameters()) {
     // Norm scales and biases (1-D) take no weight decay.
     slots.push_back({name, tensor.sizes().vec(), tensor.numel(), 0, tensor.dim() >= 2});
     parameters_.push_back(tensor);
-    flat_pieces.push_back(tensor.detach().reshape({-1}).to(at::kFloat));
   }
   layout_ = FlatLayout(std::move(slots), comm_.size());
   torch::NoGradGuard no_grad;
+  // One flat copy of the layer at a time (no concatenation temporary).
   auto flat = at::zeros({layout_.padded_numel()}, at::kFloat);
-  if (!flat_pieces.empty()) flat.narrow(0, 0, layout_.numel()).copy_(at::cat(flat_pieces));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto& slot = layout_.parameters()[i];
+    flat.narrow(0, slot.offset, slot.numel).copy_(parameters_[i].detach().reshape({-1}));
+  }
   device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
   grad_shard_ = at::zeros({layout_.shard_numel()}, options_.dtype(at::kFloat));
   unbind();
