@@ -235,7 +235,8 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
                  << summary.losses.back() << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
                  << t.warmup_steps << " warm-up steps), " << summary.tokens_per_s << " tokens/s, " << summary.tflops
                  << " TFLOPS per device; parameter elements per rank: shards " << memory.shard_numel
-                 << ", peak gathered " << memory.peak_live_numel << "; skipped steps " << summary.skipped_steps;
+                 << ", peak gathered " << memory.peak_live_numel << ", saved activations "
+                 << memory.activation_bytes / 1e6 << " MB; skipped steps " << summary.skipped_steps;
   }
   return summary;
 }

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <tuple>
-#include <set>
 
 #include "runtime/error.hpp"
 
