@@ -39,7 +39,6 @@ HWY_AFTER_NAMESPACE();
 #include <sched.h>
 #include <torch/optim/adamw.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -50,6 +49,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "offload/cpu_adamw.hpp"
 #include "offload/thread_pool.hpp"
+#include "runtime/timer.hpp"
 
 namespace bench {
 HWY_EXPORT(Stream);
@@ -58,10 +58,7 @@ HWY_EXPORT(Stream);
 namespace {
 
 namespace o = superoffload::offload;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using superoffload::runtime::now_s;
 
 // Best of `reps` runs, in seconds.
 double best_of(int reps, const std::function<void()>& run) {

@@ -9,7 +9,6 @@
 #include <ATen/Parallel.h>
 #include <mpi.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,16 +19,14 @@
 #include "model/load_model.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
+#include "runtime/timer.hpp"
 #include "zero/engine.hpp"
 #include "zero/sharded_adamw.hpp"
 
 namespace so = superoffload;
+using so::runtime::now_s;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 constexpr const char* kConfig = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 768,
   "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,

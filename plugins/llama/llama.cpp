@@ -146,9 +146,7 @@ class LlamaModel : public model::CausalLM {
   const std::vector<std::shared_ptr<model::Layer>>& layers() const override { return layers_; }
   model::ModelShape shape() const override {
     model::ModelShape shape{s_.layers, s_.hidden, s_.vocab, 0, 0};
-    for (const auto& layer : layers_) {
-      for (const auto& [name, tensor] : layer->hf_parameters()) shape.total_parameters += tensor.numel();
-    }
+    shape.total_parameters = parameter_count();
     shape.active_parameters = shape.total_parameters;
     return shape;
   }

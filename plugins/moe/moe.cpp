@@ -296,13 +296,8 @@ class MoeModel : public model::CausalLM {
   bool is_moe() const override { return true; }
   model::ModelShape shape() const override {
     model::ModelShape shape{s_.layers, s_.hidden, s_.vocab, 0, 0};
-    int64_t expert_parameters = 0;
-    for (const auto& layer : layers_) {
-      for (const auto& [name, tensor] : layer->hf_parameters()) {
-        shape.total_parameters += tensor.numel();
-        if (name.find(".experts.") != std::string::npos) expert_parameters += tensor.numel();
-      }
-    }
+    shape.total_parameters = parameter_count();
+    const int64_t expert_parameters = parameter_count(".experts.");
     // A token passes through top_k of the experts' weights.
     shape.active_parameters =
         shape.total_parameters - expert_parameters + expert_parameters * s_.top_k / std::max<int64_t>(1, s_.experts);

@@ -104,30 +104,28 @@ void divide(void* data, size_t count, DataType type, int by) {
   }
 }
 
-// A request plus whatever must happen once it completes (unpacking fp32 results, averaging).
+// A request plus whatever must happen once it completes: 16-bit float results come back
+// from their fp32 staging copy, and averages divide the sum by the world size.
 class MpiWork : public Work {
  public:
-  MpiWork() = default;
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<float> staging_in, staging_out;  // fp32 copies of 16-bit float data
-  void* unpack_to = nullptr;
-  size_t unpack_count = 0;
-  DataType unpack_type = DataType::f32;
-  int average_over = 0;  // >0: divide the fp32 result by this
+  void* result = nullptr;                      // where the caller expects the result
+  size_t count = 0;
+  DataType type = DataType::f32;               // the caller's type
+  int average_over = 0;                        // > 0: divide the sum by this
 
   void wait() override {
     if (done_) return;
     SO_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
     done_ = true;
-    if (unpack_to) {
-      if (average_over > 0) divide(staging_out.data(), unpack_count, DataType::f32, average_over);
-      from_float(staging_out.data(), unpack_to, unpack_count, unpack_type);
+    if (type == DataType::bf16 || type == DataType::f16) {
+      if (average_over > 0) divide(staging_out.data(), count, DataType::f32, average_over);
+      from_float(staging_out.data(), result, count, type);
     } else if (average_over > 0) {
-      divide(result_, unpack_count, result_type_, average_over);
+      divide(result, count, type, average_over);
     }
   }
-  void* result_ = nullptr;  // in-place result to average
-  DataType result_type_ = DataType::f32;
 
  private:
   bool done_ = false;
@@ -168,15 +166,12 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const void* send, void* re
     to_float(send, work->staging_in.data(), work->staging_in.size(), type);
     SO_CHECK_MPI(MPI_Ireduce_scatter_block(work->staging_in.data(), work->staging_out.data(), n, MPI_FLOAT, mpi_op(op),
                                            comm_, &work->request));
-    work->unpack_to = recv;
-    work->unpack_count = count;
-    work->unpack_type = type;
   } else {
     SO_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op), comm_, &work->request));
-    work->result_ = recv;
-    work->result_type_ = type;
-    work->unpack_count = count;
   }
+  work->result = recv;
+  work->count = count;
+  work->type = type;
   if (op == ReduceOp::avg) work->average_over = size_;
   return work;
 }
@@ -188,15 +183,12 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce(void* data, size_t count, Data
     work->staging_out.resize(count);
     to_float(data, work->staging_out.data(), count, type);
     SO_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, work->staging_out.data(), n, MPI_FLOAT, mpi_op(op), comm_, &work->request));
-    work->unpack_to = data;
-    work->unpack_count = count;
-    work->unpack_type = type;
   } else {
     SO_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, n, mpi_type(type), mpi_op(op), comm_, &work->request));
-    work->result_ = data;
-    work->result_type_ = type;
-    work->unpack_count = count;
   }
+  work->result = data;
+  work->count = count;
+  work->type = type;
   if (op == ReduceOp::avg) work->average_over = size_;
   return work;
 }

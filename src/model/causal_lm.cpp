@@ -26,8 +26,8 @@ std::vector<std::pair<std::string, at::Tensor>> Layer::hf_parameters() const {
   return out;
 }
 
-LossSum HeadLayer::loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
-                        const BatchContext& context) {
+LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
+                                const BatchContext& context, const std::function<void(const at::Tensor&)>& each) {
   const int64_t seq = hidden.size(1);
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
   LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), 0};
@@ -35,30 +35,27 @@ LossSum HeadLayer::loss(const at::Tensor& hidden, const at::Tensor& labels, int6
     const int64_t length = std::min(chunk, seq - start);
     const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
     const auto logits = forward(hidden.narrow(1, start, length), context).to(at::kFloat);
-    total.sum = total.sum + at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
+    const auto chunk_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
                                                    at::Reduction::Sum, -100);
+    if (each) each(chunk_loss);
+    total.sum = total.sum + chunk_loss.detach();
     total.tokens += chunk_labels.ne(-100).sum().item<int64_t>();
   }
   return total;
+}
+
+LossSum HeadLayer::loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
+                        const BatchContext& context) {
+  return chunked_loss(hidden, labels, chunk_tokens, context, nullptr);
 }
 
 std::pair<LossSum, at::Tensor> HeadLayer::loss_and_backward(const at::Tensor& hidden, const at::Tensor& labels,
                                                             int64_t chunk_tokens, double scale,
                                                             const BatchContext& context) {
   const auto input = hidden.detach().requires_grad_(true);
-  const int64_t seq = hidden.size(1);
-  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
-  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), 0};
-  for (int64_t start = 0; start < seq; start += chunk) {
-    const int64_t length = std::min(chunk, seq - start);
-    const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
-    const auto logits = forward(input.narrow(1, start, length), context).to(at::kFloat);
-    const auto chunk_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
-                                                   at::Reduction::Sum, -100);
-    (chunk_loss * scale).backward();  // frees this chunk's logits before the next
-    total.sum = total.sum + chunk_loss.detach();
-    total.tokens += chunk_labels.ne(-100).sum().item<int64_t>();
-  }
+  // Each chunk's backward runs at once, freeing its logits before the next chunk.
+  const auto total = chunked_loss(input, labels, chunk_tokens, context,
+                                  [scale](const at::Tensor& chunk_loss) { (chunk_loss * scale).backward(); });
   return {total, input.grad()};
 }
 
@@ -91,6 +88,16 @@ double CausalLM::flops_per_token(int64_t seq_len, bool activation_checkpointing)
   return c * (2.0 * static_cast<double>(s.active_parameters) +
               4.0 * static_cast<double>(s.num_layers) * static_cast<double>(s.hidden_size) *
                   static_cast<double>(seq_len));
+}
+
+int64_t CausalLM::parameter_count(const std::string& name_part) const {
+  int64_t count = 0;
+  for (const auto& layer : layers()) {
+    for (const auto& [name, tensor] : layer->hf_parameters()) {
+      if (name_part.empty() || name.find(name_part) != std::string::npos) count += tensor.numel();
+    }
+  }
+  return count;
 }
 
 std::vector<std::string> CausalLM::hf_parameter_names() const {

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,11 @@ class HeadLayer : public Layer {
   // Every token's loss is multiplied by `scale` (e.g. 1 / tokens in the global batch).
   std::pair<LossSum, at::Tensor> loss_and_backward(const at::Tensor& hidden, const at::Tensor& labels,
                                                    int64_t chunk_tokens, double scale, const BatchContext& context);
+
+ private:
+  // The chunk loop of both: `each` (if set) gets every chunk's summed loss with its graph.
+  LossSum chunked_loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
+                       const BatchContext& context, const std::function<void(const at::Tensor&)>& each);
 };
 
 // Sizes the trainer needs for FLOPs and MFU.
@@ -96,6 +102,9 @@ class CausalLM {
   double flops_per_token(int64_t seq_len, bool activation_checkpointing) const;
   // Every HF parameter name of the model, in layer order.
   std::vector<std::string> hf_parameter_names() const;
+  // Elements of the parameters whose HF name contains `name_part` (all when empty), counted
+  // as they are now (before a ZeRO engine partitions the model). For shape() implementations.
+  int64_t parameter_count(const std::string& name_part = {}) const;
 };
 
 }  // namespace superoffload::model

@@ -5,27 +5,18 @@
 #include <sched.h>
 #include <torch/autograd.h>
 
-#include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "runtime/error.hpp"
+#include "runtime/timer.hpp"
 
 namespace superoffload::offload {
+
+using runtime::now_s;
+using runtime::ScopedTime;
+
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-class ScopedTime {
- public:
-  explicit ScopedTime(double& counter) : counter_(counter), start_(now_s()) {}
-  ~ScopedTime() { counter_ += now_s() - start_; }
-
- private:
-  double& counter_;
-  double start_;
-};
 
 // The CPU kernel works on contiguous runs; the pool splits a run among its threads.
 constexpr size_t kAlign = 64;
@@ -169,16 +160,22 @@ void OffloadOptimizer::worker_loop() {
       busy_ = true;
     }
     const double start = now_s();
-    // A non-finite gradient is never stepped speculatively: its step could not be undone
-    // (inf − inf is NaN). The step-end validation sees it in the global norm and skips.
-    if (at::isfinite(groups_[index].grad).all().item<bool>()) {
-      step_cpu(groups_[index], 1.0f);
-      groups_[index].speculated = true;
-      groups_[index].finished_at = now_s();
+    std::exception_ptr error;
+    try {
+      // A non-finite gradient is never stepped speculatively: its step could not be undone
+      // (inf − inf is NaN). The step-end validation sees it in the global norm and skips.
+      if (at::isfinite(groups_[index].grad).all().item<bool>()) {
+        step_cpu(groups_[index], 1.0f);
+        groups_[index].speculated = true;
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
     {
       std::lock_guard lock(mutex_);
-      times_.cpu_step_s += groups_[index].finished_at - start;
+      times_.cpu_step_s += now_s() - start;
+      if (groups_[index].speculated) groups_[index].finished_at = now_s();
+      if (error && !worker_error_) worker_error_ = error;
       busy_ = false;
     }
     idle_.notify_all();
@@ -188,6 +185,7 @@ void OffloadOptimizer::worker_loop() {
 void OffloadOptimizer::wait_for_worker() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
 }
 
 void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
@@ -272,10 +270,7 @@ StepOutcome OffloadOptimizer::finish_step() {
   StepOutcome outcome;
   backward_end_ = now_s();
   // Global norm and non-finite flag from the reduced gradients (one all-reduce).
-  double squares = 0;
-  for (auto& layer : engine_.layers()) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
-  engine_.comm().all_reduce(&squares, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
-  outcome.grad_norm = std::sqrt(squares);
+  outcome.grad_norm = engine_.global_grad_norm();
   outcome.finite = std::isfinite(outcome.grad_norm);
   const double coefficient = s_.gradient_clipping > 0 ? s_.gradient_clipping / (outcome.grad_norm + 1e-6) : 1.0;
   outcome.clipped = outcome.finite && coefficient < 1.0;

@@ -114,6 +114,7 @@ class OffloadOptimizer {
   std::condition_variable wake_, idle_;
   std::deque<size_t> queue_;
   bool busy_ = false, stop_ = false;
+  std::exception_ptr worker_error_;  // an error of the worker, rethrown to the training thread
   double backward_end_ = 0;
 };
 

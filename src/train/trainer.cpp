@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <optional>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include "runtime/error.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
+#include "runtime/timer.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/throughput.hpp"
 #include "zero/communicator_factory.hpp"
@@ -23,11 +23,10 @@
 #include "offload/offload_optimizer.hpp"
 
 namespace superoffload::train {
-namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using runtime::now_s;
+
+namespace {
 
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(seconds + 0.5);

@@ -3,30 +3,16 @@
 
 #include <torch/autograd.h>
 
-#include <chrono>
+#include <cmath>
+
 #include <tuple>
 
 #include "runtime/error.hpp"
+#include "runtime/timer.hpp"
 
 namespace superoffload::zero {
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Adds the seconds of its scope to a counter.
-class ScopedTime {
- public:
-  explicit ScopedTime(double& counter) : counter_(counter), start_(now_s()) {}
-  ~ScopedTime() { counter_ += now_s() - start_; }
-
- private:
-  double& counter_;
-  double start_;
-};
-
-}  // namespace
+using runtime::now_s;
+using runtime::ScopedTime;
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
                        const std::function<void(size_t)>& materialize)
@@ -91,6 +77,13 @@ model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, std::vecto
 
 void ZeroEngine::zero_grad() {
   for (auto& l : layers_) l.zero_grad_shard();
+}
+
+double ZeroEngine::global_grad_norm() {
+  double squares = 0;
+  for (auto& layer : layers_) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
+  comm_.all_reduce(&squares, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+  return std::sqrt(squares);
 }
 
 MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,

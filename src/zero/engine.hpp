@@ -72,6 +72,9 @@ class ZeroEngine {
   MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
 
   void zero_grad();
+  // sqrt of the sum of squares of every rank's gradient shards (one all-reduce, in fp64);
+  // not finite when any gradient is not.
+  double global_grad_norm();
   std::vector<PartitionedLayer>& layers() { return layers_; }
   const model::CausalLM& model() const { return *model_; }
   comm::Communicator& comm() { return comm_; }

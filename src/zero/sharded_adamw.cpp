@@ -21,12 +21,7 @@ ShardedAdamW::ShardedAdamW(ZeroEngine& engine, AdamWSettings settings) : engine_
   }
 }
 
-double ShardedAdamW::global_grad_norm() {
-  double squares = 0;
-  for (auto& layer : engine_.layers()) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
-  engine_.comm().all_reduce(&squares, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
-  return std::sqrt(squares);
-}
+double ShardedAdamW::global_grad_norm() { return engine_.global_grad_norm(); }
 
 void ShardedAdamW::clip_gradients(double max_norm, double norm) {
   const double coefficient = max_norm / (norm + 1e-6);
@@ -54,12 +49,6 @@ void ShardedAdamW::step(double lr) {
     p.addcdiv_(exp_avg_[i], denom, -lr / bias_correction1);
     layers[i].set_shard(p);
   }
-}
-
-int64_t ShardedAdamW::state_bytes() const {
-  int64_t bytes = 0;
-  for (size_t i = 0; i < master_.size(); ++i) bytes += 3 * master_[i].numel() * 4;
-  return bytes;
 }
 
 }  // namespace superoffload::zero

@@ -22,7 +22,7 @@ class ShardedAdamW {
  public:
   ShardedAdamW(ZeroEngine& engine, AdamWSettings settings);
 
-  // sqrt of the sum of squares of every rank's gradient shards (one all-reduce).
+  // The engine's global gradient norm (see ZeroEngine::global_grad_norm).
   double global_grad_norm();
   // torch.nn.utils.clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6) when below 1.
   void clip_gradients(double max_norm, double norm);
@@ -32,8 +32,6 @@ class ShardedAdamW {
   at::Tensor& exp_avg(size_t layer) { return exp_avg_[layer]; }
   at::Tensor& exp_avg_sq(size_t layer) { return exp_avg_sq_[layer]; }
   int64_t steps() const { return steps_; }
-  // Host bytes of masters and moments.
-  int64_t state_bytes() const;
 
  private:
   ZeroEngine& engine_;

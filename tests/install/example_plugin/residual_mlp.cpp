@@ -32,9 +32,7 @@ class ResidualMlp : public m::CausalLM {
   const std::vector<std::shared_ptr<m::Layer>>& layers() const override { return layers_; }
   m::ModelShape shape() const override {
     m::ModelShape s{layers_count_, hidden_, vocab_, 0, 0};
-    for (const auto& layer : layers_) {
-      for (const auto& [name, tensor] : layer->hf_parameters()) s.total_parameters += tensor.numel();
-    }
+    s.total_parameters = parameter_count();
     s.active_parameters = s.total_parameters;
     return s;
   }
