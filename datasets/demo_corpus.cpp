@@ -1,21 +1,20 @@
 // Generates the embedded demo's training corpus: short English-like documents with
 // learnable structure (word spelling, templates, small sums that must add up, counting),
-// tokenized byte-level (bytes 0-255, BOS 256, EOS 257 — the tiny model's vocabulary), written
-// as pre-tokenized HDF5: `tokens` (uint32, documents joined) and `doc_offsets` (int64).
+// written as JSON Lines ({"text": ...}), about N tokens for the tiny model's byte-level
+// tokenizer (configs/models/tiny-llama/tokenizer.json: bytes 0-255, BOS 256, EOS 257).
 // Deterministic for a seed; nothing is downloaded.
 //
-//   superoffload_demo_corpus OUT.h5 [--tokens N] [--seed S]
+//   superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S]
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "io/hdf5_file.hpp"
+#include <nlohmann/json.hpp>
 
 namespace {
-
-constexpr uint32_t kBos = 256, kEos = 257;
 
 const char* const kNames[] = {"Tom", "Ann", "Lena", "Omar", "Mia", "Ravi", "Yuki", "Sam"};
 const char* const kThings[] = {"apples", "books", "coins", "stones", "shells", "cards"};
@@ -64,7 +63,7 @@ std::string document(std::mt19937_64& rng) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: superoffload_demo_corpus OUT.h5 [--tokens N] [--seed S]\n");
+    std::fprintf(stderr, "usage: superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S]\n");
     return 2;
   }
   const std::string out = argv[1];
@@ -76,27 +75,26 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = std::stoull(argv[i + 1]);
   }
   std::mt19937_64 rng(seed);
-  std::vector<uint32_t> tokens;
-  std::vector<int64_t> offsets;
-  while (static_cast<int64_t>(tokens.size()) < target) {
-    offsets.push_back(static_cast<int64_t>(tokens.size()));
-    tokens.push_back(kBos);
-    for (unsigned char c : document(rng)) tokens.push_back(c);
-    tokens.push_back(kEos);
-  }
+  int64_t tokens = 0, documents = 0;
   try {
     std::filesystem::create_directories(std::filesystem::absolute(out).parent_path());
     const std::string temporary = out + ".partial";
     {
-      auto file = superoffload::io::Hdf5File::create(temporary);
-      file.write_uint32("tokens", {tokens.size()}, tokens.data());
-      file.write_int64("doc_offsets", {offsets.size()}, offsets.data());
+      std::ofstream file(temporary);
+      while (tokens < target) {
+        const auto text = document(rng);
+        file << nlohmann::json{{"text", text}}.dump() << "\n";
+        tokens += static_cast<int64_t>(text.size()) + 2;  // bytes, BOS and EOS
+        ++documents;
+      }
+      if (!file.flush()) throw std::runtime_error("cannot write " + temporary);
     }
     std::filesystem::rename(temporary, out);  // never leave a half-written corpus under the real name
   } catch (const std::exception& e) {
     std::fprintf(stderr, "superoffload_demo_corpus: %s\n", e.what());
     return 1;
   }
-  std::printf("wrote %s: %zu tokens in %zu documents\n", out.c_str(), tokens.size(), offsets.size());
+  std::printf("wrote %s: %lld documents, %lld tokens with the byte-level tokenizer\n", out.c_str(),
+              static_cast<long long>(documents), static_cast<long long>(tokens));
   return 0;
 }

@@ -20,6 +20,7 @@ using Run = std::function<int(const runtime::MpiWorld&)>;
 void add_version_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_config_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run);
+void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_eval_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_plugins_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 // export and inspect: their options are defined; their bodies land with later work.

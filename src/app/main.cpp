@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
 
   so::app::Run run;
   so::app::add_train_command(app, globals, run);
+  so::app::add_prepare_command(app, globals, run);
   so::app::add_eval_command(app, globals, run);
   so::app::add_pending_commands(app, globals, run);
   so::app::add_plugins_command(app, globals, run);

@@ -1,21 +1,21 @@
-// Pre-tokenized training data in HDF5: either a 1-D `tokens` stream (uint32, documents
-// joined, optional `doc_offsets`) cut into samples of seq_len + 1 tokens, or 2-D fixed-length
-// samples `tokens [N, seq_len + 1]` with an optional `loss_mask` of the same shape (0 = no
-// loss, e.g. prompt or padding). A sample yields inputs [seq_len] and labels [seq_len]
-// (the next tokens, -100 where masked).
+// Training samples over TokenArrays: a stream of documents is cut into samples of
+// seq_len + 1 tokens; fixed-length rows are taken one per sample (their first seq_len + 1
+// tokens), with `loss_mask` 0 marking tokens that are no target (prompt, padding). A sample
+// yields inputs [seq_len] and labels [seq_len] (the next tokens, -100 where masked).
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "data/token_arrays.hpp"
 
 namespace superoffload::data {
 
 class TokenDataset {
  public:
-  // Reads the whole dataset into memory (the demo and test sets are small; large sets will
-  // be read by slices). Throws naming the file and dataset on bad input.
-  TokenDataset(const std::string& path, int64_t seq_len);
+  // `source` names the data in errors (the file, or the JSONL it was tokenized from).
+  // `vocab_size` > 0: every token must be below it.
+  TokenDataset(TokenArrays arrays, int64_t seq_len, const std::string& source, int64_t vocab_size = 0);
 
   int64_t size() const { return samples_; }
   int64_t seq_len() const { return seq_len_; }
@@ -23,13 +23,9 @@ class TokenDataset {
   void sample(int64_t index, int64_t* inputs, int64_t* labels) const;
 
  private:
-  std::string path_;
+  TokenArrays arrays_;
   int64_t seq_len_ = 0;
   int64_t samples_ = 0;
-  bool fixed_ = false;               // 2-D samples
-  int64_t row_length_ = 0;           // 2-D: tokens per stored row
-  std::vector<int64_t> tokens_;
-  std::vector<int64_t> loss_mask_;   // 2-D only, may be empty
 };
 
 }  // namespace superoffload::data

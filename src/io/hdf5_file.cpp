@@ -70,6 +70,16 @@ Array<float> Hdf5File::read_float(const std::string& dataset) const {
   return read_all<float>(*this, set.get(), H5T_NATIVE_FLOAT, dataset, shape(dataset));
 }
 
+Array<uint32_t> Hdf5File::read_uint32(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  return read_all<uint32_t>(*this, set.get(), H5T_NATIVE_UINT32, dataset, shape(dataset));
+}
+
+Array<uint8_t> Hdf5File::read_uint8(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  return read_all<uint8_t>(*this, set.get(), H5T_NATIVE_UINT8, dataset, shape(dataset));
+}
+
 void Hdf5File::write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type,
                      const void* values) {
   const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
@@ -106,6 +116,54 @@ void Hdf5File::write_int64(const std::string& dataset, const std::vector<hsize_t
 
 void Hdf5File::write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values) {
   write(dataset, shape, H5T_NATIVE_UINT32, values);
+}
+
+void Hdf5File::write_uint8(const std::string& dataset, const std::vector<hsize_t>& shape, const uint8_t* values) {
+  write(dataset, shape, H5T_NATIVE_UINT8, values);
+}
+
+namespace {
+
+// A fixed-length, null-padded UTF-8 string type of `size` bytes.
+Hdf5Handle string_type(size_t size) {
+  Hdf5Handle type(SO_CHECK_HDF5(H5Tcopy(H5T_C_S1), "string type"), H5Tclose);
+  SO_CHECK_HDF5(H5Tset_size(type.get(), std::max<size_t>(1, size)), "string type size");
+  SO_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8), "string type charset");
+  SO_CHECK_HDF5(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "string type padding");
+  return type;
+}
+
+}  // namespace
+
+void Hdf5File::set_attribute(const std::string& name, const std::string& value) {
+  if (H5Aexists(file_.get(), name.c_str()) > 0) {
+    SO_CHECK_HDF5(H5Adelete(file_.get(), name.c_str()), "replacing attribute " << name << " of " << path_);
+  }
+  const auto type = string_type(value.size());
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate(H5S_SCALAR), "attribute space"), H5Sclose);
+  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Acreate2(file_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                                                      H5P_DEFAULT),
+                                           "creating attribute " << name << " of " << path_),
+                             H5Aclose);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  SO_CHECK_HDF5(H5Awrite(attribute.get(), type.get(), padded.data()), "writing attribute " << name << " of " << path_);
+}
+
+bool Hdf5File::has_attribute(const std::string& name) const { return H5Aexists(file_.get(), name.c_str()) > 0; }
+
+std::string Hdf5File::attribute(const std::string& name) const {
+  SO_CHECK(has_attribute(name), path_ << " has no attribute \"" << name << "\"");
+  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), "opening attribute " << name),
+                             H5Aclose);
+  const Hdf5Handle stored(SO_CHECK_HDF5(H5Aget_type(attribute.get()), "attribute type of " << name), H5Tclose);
+  SO_CHECK(H5Tget_class(stored.get()) == H5T_STRING && H5Tis_variable_str(stored.get()) == 0,
+           path_ << ": attribute \"" << name << "\" is not a fixed-length string");
+  const size_t size = H5Tget_size(stored.get());
+  std::string value(size, '\0');
+  const auto type = string_type(size);
+  SO_CHECK_HDF5(H5Aread(attribute.get(), type.get(), value.data()), "reading attribute " << name << " of " << path_);
+  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
+  return value;
 }
 
 }  // namespace superoffload::io

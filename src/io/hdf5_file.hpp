@@ -54,10 +54,17 @@ class Hdf5File {
   // Values are converted by HDF5 from the stored integer / float type.
   Array<int64_t> read_int64(const std::string& dataset) const;
   Array<float> read_float(const std::string& dataset) const;
+  Array<uint32_t> read_uint32(const std::string& dataset) const;
+  Array<uint8_t> read_uint8(const std::string& dataset) const;
   // Chunked, with Fletcher32 checksums.
   void write_float(const std::string& dataset, const std::vector<hsize_t>& shape, const float* values);
   void write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values);
   void write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values);
+  void write_uint8(const std::string& dataset, const std::vector<hsize_t>& shape, const uint8_t* values);
+  // String attributes of the file's root group.
+  void set_attribute(const std::string& name, const std::string& value);
+  bool has_attribute(const std::string& name) const;
+  std::string attribute(const std::string& name) const;
 
  private:
   void write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type, const void* values);

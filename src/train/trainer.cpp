@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "data/sampler.hpp"
+#include "data/prepare.hpp"
 #include "data/token_dataset.hpp"
+#include "data/tokenizer.hpp"
 #include "model/load_model.hpp"
 #include "runtime/error.hpp"
 #include "runtime/logging.hpp"
@@ -46,15 +48,31 @@ at::Device choose_device(const config::RuntimeConfig& runtime, const runtime::Ra
   return binding.gpu >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu)) : at::Device(at::kCPU);
 }
 
+// Pre-tokenized HDF5 as it is; JSONL tokenized now, the work split over the ranks.
+data::TokenArrays load_training_tokens(const config::Config& cfg, const runtime::MpiWorld& world) {
+  const auto format = data::resolve_data_format(cfg.data);
+  if (format == "hdf5") return data::read_token_file(cfg.data.path);
+  const auto tokenizer = data::load_tokenizer(cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer);
+  data::PrepareStats stats;
+  auto arrays = data::prepare_records(cfg.data, format == "alpaca" ? data::RecordFormat::alpaca : data::RecordFormat::text,
+                                      *tokenizer, world.world(), stats);
+  if (world.rank() == 0) {
+    SO_LOG(info) << "data: " << stats.records << " " << format << " records from " << cfg.data.path << ", "
+                 << stats.tokens << " tokens (" << tokenizer->kind() << ")"
+                 << (format == "alpaca" ? ", " + std::to_string(stats.rows) + " samples, " +
+                                              std::to_string(stats.truncated) + " truncated, " +
+                                              std::to_string(stats.dropped) + " dropped (no response left)"
+                                        : std::string());
+  }
+  return arrays;
+}
+
 }  // namespace
 
 TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding) {
   const auto& t = cfg.training;
   const int rank = world.rank(), size = world.size();
   const at::Device device = choose_device(cfg.runtime, binding);
-  SO_CHECK(cfg.data.format == "auto" || cfg.data.format == "hdf5",
-           "[data] format = \"" << cfg.data.format << "\" is not supported yet; this build trains on pre-tokenized HDF5"
-                                << hint("use a .h5 file with a `tokens` dataset (see datasets/README.md)"));
   if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) {
     SO_LOG(warning) << "checkpoints are not written by this build yet ([checkpoint] settings are accepted and ignored)";
   }
@@ -104,7 +122,8 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
                                                   cfg.optimizer.weight_decay, cfg.optimizer.type == "adamw"});
   }
 
-  const data::TokenDataset dataset(cfg.data.path, cfg.data.seq_len);
+  const data::TokenDataset dataset(load_training_tokens(cfg, world), cfg.data.seq_len, cfg.data.path,
+                                   shape.vocab_size);
   data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
                                    t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();

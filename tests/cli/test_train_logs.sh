@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `superoffload train` under 2 ranks on the demo corpus: the loss falls clearly within a
+# `superoffload train` under 2 ranks on the demo corpus (JSONL, tokenized at start-up by
+# the model's byte-level tokenizer): the loss falls clearly within a
 # short run, every rank writes <output_dir>/logs/rank_<N>.log tagged with its rank, only
 # rank 0 talks on the console, and --log-level is honoured.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
-"$SO_DEMO_CORPUS" "$tmp/corpus.h5" --tokens 200000 > /dev/null || fail "demo corpus"
+"$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 200000 > /dev/null || fail "demo corpus"
 out=$("$MPIEXEC" -np 2 "$SO_BIN" --log-level debug train configs/tiny.toml --set training.output_dir="$tmp/run" \
-      --set data.path="$tmp/corpus.h5" --set training.max_steps=12 --set training.train_micro_batch_size_per_gpu=2 \
+      --set data.path="$tmp/corpus.jsonl" --set training.max_steps=12 --set training.train_micro_batch_size_per_gpu=2 \
       --set data.seq_len=64 2>&1) || fail "train exited $?: $out"
 expect_contains "$out" "rank  host" "binding table on the console"
 expect_contains "$out" "Step 12/12 | Loss" "step lines"
@@ -23,6 +24,6 @@ done
 [[ $out != *"[rank 1] INFO"* ]] || fail "rank 1 should not log INFO on the console: $out"
 
 out=$("$MPIEXEC" -np 2 "$SO_BIN" --log-level warning train configs/tiny.toml --set training.output_dir="$tmp/quiet" \
-      --set data.path="$tmp/corpus.h5" --set training.max_steps=1 2>&1) || fail "quiet run: $out"
+      --set data.path="$tmp/corpus.jsonl" --set training.max_steps=1 2>&1) || fail "quiet run: $out"
 [[ $out != *"INFO"* ]] || fail "--log-level warning still printed INFO: $out"
 echo "train: loss $first -> $last in 12 steps on 2 ranks; logs ok"

@@ -1,0 +1,62 @@
+// `superoffload prepare CONFIG --output data.h5`: tokenizes the JSONL of [data] path with the
+// model's tokenizer, split over the MPI ranks, and writes the pre-tokenized HDF5 that
+// `train` reads (a document stream for text, padded or packed rows with a loss mask for
+// instruction records).
+#include <filesystem>
+
+#include "app/commands.hpp"
+#include "data/prepare.hpp"
+#include "data/tokenizer.hpp"
+#include "runtime/error.hpp"
+#include "runtime/mpi_world.hpp"
+#include "runtime/timer.hpp"
+
+namespace superoffload::app {
+
+void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
+  auto* command = app.add_subcommand("prepare", "Tokenize a JSONL dataset into the HDF5 format train reads");
+  struct Options {
+    ConfigOptions config;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  add_config_options(*command, options->config, false);
+  command->add_option("--output,-o", options->output, "HDF5 file to write (e.g. data/train.h5)")->required();
+  command->callback([&run, &globals, options] {
+    run = [&globals, options](const runtime::MpiWorld& world) {
+      const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
+      const auto& data = loaded.config.data;
+      const auto format = data::resolve_data_format(data);
+      SO_CHECK(format != "hdf5", "[data] path " << data.path << " is already pre-tokenized HDF5"
+                                                << hint("point [data] path at a JSONL file"));
+      const auto tokenizer_path = data.tokenizer.empty() ? loaded.config.model.path : data.tokenizer;
+      const auto tokenizer = data::load_tokenizer(tokenizer_path);
+      const double start_s = runtime::now_s();
+      if (world.rank() == 0) {
+        SO_LOG(info) << "prepare: " << data.path << " (" << format << ") with the " << tokenizer->kind() << " of "
+                     << tokenizer_path << " on " << world.size() << " rank(s)";
+      }
+      data::PrepareStats stats;
+      const auto arrays = data::prepare_records(
+          data, format == "alpaca" ? data::RecordFormat::alpaca : data::RecordFormat::text, *tokenizer, world.world(), stats);
+      if (world.rank() == 0) {
+        data::write_token_file(options->output, arrays,
+                               {{"source", data.path},
+                                {"format", format},
+                                {"tokenizer", tokenizer_path},
+                                {"seq_len", format == "alpaca" ? std::to_string(data.seq_len) : std::string("any")},
+                                {"packing", data.packing ? "true" : "false"}});
+        SO_LOG(info) << "prepare: wrote " << options->output << ": " << stats.records << " records, " << stats.tokens
+                     << " tokens"
+                     << (format == "alpaca" ? " in " + std::to_string(stats.rows) + " rows of " +
+                                                  std::to_string(data.seq_len + 1) + " (" + std::to_string(stats.truncated) +
+                                                  " truncated, " + std::to_string(stats.dropped) + " dropped)"
+                                            : std::string())
+                     << " in " << runtime::now_s() - start_s << " s";
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace superoffload::app

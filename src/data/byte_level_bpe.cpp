@@ -1,0 +1,250 @@
+// ByteLevelBpe.
+#include "data/byte_level_bpe.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.hpp"
+
+namespace superoffload::data {
+namespace {
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+size_t utf8_length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead < 0xE0) return 2;
+  if (lead < 0xF0) return 3;
+  return 4;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (c & 0x80); }
+
+// The special-token ids a post-processor puts before and after a single sequence.
+void parse_post_processor(const nlohmann::json& spec, const std::string& source, SpecialTokens& special) {
+  if (spec.is_null()) return;
+  const auto type = spec.value("type", std::string());
+  if (type == "ByteLevel") return;  // offsets only; ids unchanged
+  if (type == "Sequence") {
+    for (const auto& part : spec.at("processors")) parse_post_processor(part, source, special);
+    return;
+  }
+  if (type == "TemplateProcessing") {
+    bool after = false;
+    for (const auto& item : spec.at("single")) {
+      if (item.contains("Sequence")) {
+        after = true;
+        continue;
+      }
+      const auto name = item.at("SpecialToken").at("id").get<std::string>();
+      SO_CHECK(spec.at("special_tokens").contains(name),
+               source << ": the post-processor template names \"" << name << "\", which it does not define");
+      for (const auto& id : spec.at("special_tokens").at(name).at("ids")) {
+        (after ? special.suffix : special.prefix).push_back(id.get<int32_t>());
+      }
+    }
+    return;
+  }
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    special.prefix.push_back(spec.at("cls").at(1).get<int32_t>());
+    special.suffix.push_back(spec.at("sep").at(1).get<int32_t>());
+    return;
+  }
+  SO_FAIL(source << ": post-processor \"" << type
+                 << "\" is not supported (supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
+                    "BertProcessing, Sequence)");
+}
+
+}  // namespace
+
+ByteLevelBpe::ByteLevelBpe(const nlohmann::json& tokenizer, const std::string& source)
+    : source_(source),
+      normalizer_(tokenizer.value("normalizer", nlohmann::json()), source),
+      pre_tokenizer_(tokenizer.value("pre_tokenizer", nlohmann::json()), source) {
+  const auto& model = tokenizer.at("model");
+  const auto type = model.value("type", std::string("BPE"));
+  SO_CHECK(type == "BPE", source << ": model type \"" << type << "\" is not supported; only byte-level BPE is read "
+                                 << "from tokenizer.json" << hint("for SentencePiece models keep tokenizer.model"));
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    SO_CHECK(!model.contains(key) || model[key].is_null() || model[key].get<std::string>().empty(),
+             source << ": BPE with " << key << " is not supported (not a byte-level BPE)");
+  }
+  SO_CHECK(!model.contains("dropout") || model["dropout"].is_null(),
+           source << ": BPE dropout is a training-time augmentation and is not supported");
+
+  int32_t max_id = -1;
+  for (const auto& [token, id] : model.at("vocab").items()) {
+    vocab_.emplace(token, id.get<int32_t>());
+    max_id = std::max(max_id, id.get<int32_t>());
+  }
+  for (const auto& added : tokenizer.value("added_tokens", nlohmann::json::array())) {
+    AddedToken t{added.at("content").get<std::string>(), added.at("id").get<int32_t>(), added.value("lstrip", false),
+                 added.value("rstrip", false), added.value("single_word", false)};
+    SO_CHECK(!t.content.empty(), source << ": added token " << t.id << " is empty");
+    max_id = std::max(max_id, t.id);
+    added_by_id_.emplace(t.id, t.content);
+    added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
+    added_.push_back(std::move(t));
+  }
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  for (const auto& [token, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = token;
+
+  int32_t rank = 0;
+  for (const auto& merge : model.at("merges")) {
+    std::string left, right;
+    if (merge.is_array()) {  // tokenizers >= 0.20: ["a", "b"]
+      left = merge.at(0).get<std::string>();
+      right = merge.at(1).get<std::string>();
+    } else {  // "a b"
+      const auto text = merge.get<std::string>();
+      const auto space = text.find(' ');
+      SO_CHECK(space != std::string::npos && text.find(' ', space + 1) == std::string::npos,
+               source << ": merge " << rank << " \"" << text << "\" is not two tokens separated by one space");
+      left = text.substr(0, space);
+      right = text.substr(space + 1);
+    }
+    const auto a = vocab_.find(left), b = vocab_.find(right), merged = vocab_.find(left + right);
+    SO_CHECK(a != vocab_.end() && b != vocab_.end() && merged != vocab_.end(),
+             source << ": merge " << rank << " (\"" << left << "\", \"" << right << "\") uses tokens not in the vocabulary");
+    merges_.emplace(pair_key(a->second, b->second), std::make_pair(rank, merged->second));
+    ++rank;
+  }
+  ignore_merges_ = model.value("ignore_merges", false);
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    const auto unk = vocab_.find(model["unk_token"].get<std::string>());
+    if (unk != vocab_.end()) unk_ = unk->second;
+  }
+  SpecialTokens special;
+  parse_post_processor(tokenizer.value("post_processor", nlohmann::json()), source, special);
+  set_special(std::move(special));
+}
+
+int64_t ByteLevelBpe::vocab_size() const { return static_cast<int64_t>(id_to_token_.size()); }
+
+std::optional<int32_t> ByteLevelBpe::token_id(std::string_view token) const {
+  for (const auto& added : added_) {
+    if (added.content == token) return added.id;
+  }
+  const auto found = vocab_.find(std::string(token));
+  if (found == vocab_.end()) return std::nullopt;
+  return found->second;
+}
+
+const ByteLevelBpe::AddedToken* ByteLevelBpe::added_at(std::string_view text, size_t position) const {
+  if (!added_first_byte_[static_cast<unsigned char>(text[position])]) return nullptr;
+  for (const auto& added : added_) {  // longest first
+    if (text.compare(position, added.content.size(), added.content) != 0) continue;
+    if (added.single_word) {
+      const size_t end = position + added.content.size();
+      if ((position > 0 && is_word_char(text[position - 1])) || (end < text.size() && is_word_char(text[end]))) continue;
+    }
+    return &added;
+  }
+  return nullptr;
+}
+
+std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
+  std::vector<int32_t> ids;
+  size_t plain_begin = 0, position = 0;
+  while (position < text.size()) {
+    const AddedToken* added = added_at(text, position);
+    if (added == nullptr) {
+      ++position;
+      continue;
+    }
+    size_t plain_end = position;
+    if (added->lstrip) {
+      while (plain_end > plain_begin && is_space(text[plain_end - 1])) --plain_end;
+    }
+    encode_plain(text.substr(plain_begin, plain_end - plain_begin), ids);
+    ids.push_back(added->id);
+    position += added->content.size();
+    if (added->rstrip) {
+      while (position < text.size() && is_space(text[position])) ++position;
+    }
+    plain_begin = position;
+  }
+  encode_plain(text.substr(plain_begin), ids);
+  return ids;
+}
+
+void ByteLevelBpe::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  for (const auto& piece : pre_tokenizer_.apply(normalizer_.apply(text))) encode_piece(piece, out);
+}
+
+void ByteLevelBpe::encode_piece(const std::string& piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {  // Llama 3: a piece that is a whole token is taken as is
+    const auto whole = vocab_.find(piece);
+    if (whole != vocab_.end()) {
+      out.push_back(whole->second);
+      return;
+    }
+  }
+  {
+    const std::lock_guard lock(cache_mutex_);
+    const auto cached = cache_.find(piece);
+    if (cached != cache_.end()) {
+      out.insert(out.end(), cached->second.begin(), cached->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> symbols;
+  for (size_t i = 0; i < piece.size();) {
+    const size_t length = std::min(utf8_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const auto found = vocab_.find(piece.substr(i, length));
+    if (found != vocab_.end()) {
+      symbols.push_back(found->second);
+    } else {
+      SO_CHECK(unk_.has_value(), source_ << ": the character \"" << piece.substr(i, length)
+                                         << "\" is not in the vocabulary and there is no unk_token");
+      symbols.push_back(*unk_);
+    }
+    i += length;
+  }
+  // Merge the adjacent pair of lowest rank (leftmost on ties) until no pair merges: the
+  // same order as HF's BPE. Pieces are short, so a linear scan per merge is enough.
+  while (symbols.size() > 1) {
+    int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto merge = merges_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (merge != merges_.end() && merge->second.first < best_rank) {
+        best_rank = merge->second.first;
+        best_id = merge->second.second;
+        best = i;
+      }
+    }
+    if (best_id < 0) break;
+    symbols[best] = best_id;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  const std::lock_guard lock(cache_mutex_);
+  if (cache_.size() > (1u << 18)) cache_.clear();
+  cache_.emplace(piece, std::move(symbols));
+}
+
+std::string ByteLevelBpe::decode(const std::vector<int32_t>& ids) const {
+  std::string out, pending;  // pending: vocabulary text in the byte alphabet
+  for (const auto id : ids) {
+    const auto added = added_by_id_.find(id);
+    if (added != added_by_id_.end()) {
+      out += unicode_to_bytes(pending);
+      pending.clear();
+      out += added->second;
+    } else if (id >= 0 && static_cast<size_t>(id) < id_to_token_.size()) {
+      pending += id_to_token_[static_cast<size_t>(id)];
+    }
+  }
+  return out + unicode_to_bytes(pending);
+}
+
+}  // namespace superoffload::data

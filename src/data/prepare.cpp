@@ -1,0 +1,124 @@
+// The prepare pipeline.
+#include "data/prepare.hpp"
+
+#include <climits>
+
+#include "data/jsonl_reader.hpp"
+#include "data/tokenizer.hpp"
+#include "runtime/check_mpi.hpp"
+#include "runtime/error.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/timer.hpp"
+
+namespace superoffload::data {
+namespace {
+
+// Concatenates every rank's `local` in rank order, on every rank.
+template <class T>
+std::vector<T> all_gather(const std::vector<T>& local, MPI_Datatype type, MPI_Comm comm, const char* what) {
+  int world = 1;
+  SO_CHECK_MPI(MPI_Comm_size(comm, &world));
+  SO_CHECK(local.size() < static_cast<size_t>(INT_MAX),
+           "this rank's share of " << what << " (" << local.size() << ") exceeds MPI's count limit"
+                                   << hint("prepare the data with more ranks, or split the file"));
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts(static_cast<size_t>(world)), displacements(static_cast<size_t>(world));
+  SO_CHECK_MPI(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  int64_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    SO_CHECK(total < INT_MAX, "the gathered " << what << " exceed MPI's count limit" << hint("split the file"));
+    displacements[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<T> all(static_cast<size_t>(total));
+  SO_CHECK_MPI(MPI_Allgatherv(local.data(), count, type, all.data(), counts.data(), displacements.data(), type, comm));
+  return all;
+}
+
+}  // namespace
+
+TokenArrays assemble_stream(GatheredRecords records) {
+  TokenArrays arrays;
+  arrays.tokens = std::move(records.tokens);
+  int64_t offset = 0;
+  for (const auto length : records.lengths) {
+    arrays.doc_offsets.push_back(offset);
+    offset += length;
+  }
+  return arrays;
+}
+
+TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bool packing, uint32_t pad,
+                          PrepareStats& stats) {
+  TokenArrays arrays;
+  arrays.row_length = row_length;
+  int64_t used = 0;  // tokens in the current row
+  auto finish_row = [&] {
+    arrays.tokens.insert(arrays.tokens.end(), static_cast<size_t>(row_length - used), pad);
+    arrays.loss_mask.insert(arrays.loss_mask.end(), static_cast<size_t>(row_length - used), 0);
+    used = 0;
+  };
+  int64_t begin = 0;
+  for (const auto full_length : records.lengths) {
+    const int64_t length = std::min(full_length, row_length);
+    const auto first = static_cast<size_t>(begin);
+    begin += full_length;
+    if (length < full_length) ++stats.truncated;
+    bool any_loss = false;
+    for (int64_t i = 1; i < length; ++i) any_loss = any_loss || records.loss_mask[first + static_cast<size_t>(i)] != 0;
+    if (!any_loss) {  // the response was cut off entirely: nothing to learn from
+      ++stats.dropped;
+      continue;
+    }
+    if (used > 0 && (!packing || used + length > row_length)) finish_row();
+    arrays.tokens.insert(arrays.tokens.end(), records.tokens.begin() + static_cast<std::ptrdiff_t>(first),
+                         records.tokens.begin() + static_cast<std::ptrdiff_t>(first) + length);
+    arrays.loss_mask.insert(arrays.loss_mask.end(), records.loss_mask.begin() + static_cast<std::ptrdiff_t>(first),
+                            records.loss_mask.begin() + static_cast<std::ptrdiff_t>(first) + length);
+    used += length;
+  }
+  if (used > 0) finish_row();
+  stats.rows = arrays.rows();
+  return arrays;
+}
+
+TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
+                            MPI_Comm comm, PrepareStats& stats) {
+  int rank = 0, world = 1;
+  SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  SO_CHECK_MPI(MPI_Comm_size(comm, &world));
+  const RecordTokenizer record_tokenizer(tokenizer, data, format);
+  JsonlReader reader(data.path, rank, world);
+  GatheredRecords local;
+  nlohmann::json record;
+  const double start_s = runtime::now_s();
+  double last_report_s = start_s;
+  while (reader.next(record)) {
+    const auto tokenized = record_tokenizer.tokenize(record, reader.where());
+    local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());
+    local.loss_mask.insert(local.loss_mask.end(), tokenized.loss_mask.begin(), tokenized.loss_mask.end());
+    local.lengths.push_back(static_cast<int64_t>(tokenized.tokens.size()));
+    const double now = runtime::now_s();
+    if (rank == 0 && now - last_report_s > 5) {
+      SO_LOG(info) << "prepare: rank 0 at " << static_cast<int>(100 * reader.progress()) << "% of its share, "
+                   << local.lengths.size() << " records, " << static_cast<int64_t>(local.tokens.size() / (now - start_s))
+                   << " tokens/s";
+      last_report_s = now;
+    }
+  }
+  GatheredRecords all;
+  all.lengths = all_gather(local.lengths, MPI_INT64_T, comm, "records");
+  all.tokens = all_gather(local.tokens, MPI_UINT32_T, comm, "tokens");
+  if (format == RecordFormat::alpaca) all.loss_mask = all_gather(local.loss_mask, MPI_UINT8_T, comm, "loss masks");
+  stats.records = static_cast<int64_t>(all.lengths.size());
+  stats.tokens = static_cast<int64_t>(all.tokens.size());
+  SO_CHECK(stats.records > 0, data.path << " holds no records");
+  if (format == RecordFormat::text) return assemble_stream(std::move(all));
+  auto rows = assemble_rows(all, data.seq_len + 1, data.packing, static_cast<uint32_t>(tokenizer.pad_id()), stats);
+  SO_CHECK(stats.rows > 0, data.path << ": all " << stats.records << " instruction samples lose their whole response when "
+                                     << "cut to seq_len + 1 = " << data.seq_len + 1 << " tokens"
+                                     << hint("raise [data] seq_len or shorten [data] prompt_template"));
+  return rows;
+}
+
+}  // namespace superoffload::data

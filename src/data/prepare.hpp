@@ -1,0 +1,46 @@
+// JSONL to training tokens, the work split over MPI ranks: each rank tokenizes the records of
+// its byte range of the file, the pieces are gathered in file order, and documents are joined
+// into a stream (text) or instruction samples padded or packed into rows of seq_len + 1
+// (alpaca). The result does not depend on the number of ranks.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "config/config.hpp"
+#include "data/record_tokenizer.hpp"
+#include "data/token_arrays.hpp"
+
+namespace superoffload::data {
+
+class Tokenizer;
+
+struct PrepareStats {
+  int64_t records = 0;
+  int64_t tokens = 0;     // before padding
+  int64_t truncated = 0;  // instruction samples cut to the row length
+  int64_t dropped = 0;    // instruction samples left without any loss token by the cut
+  int64_t rows = 0;
+};
+
+// Tokenized records of all ranks, concatenated in file order.
+struct GatheredRecords {
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> loss_mask;
+  std::vector<int64_t> lengths;  // tokens per record
+};
+
+// Documents joined into one stream; doc_offsets marks where each starts.
+TokenArrays assemble_stream(GatheredRecords records);
+// Instruction samples in rows of `row_length` tokens: one per row (padded), or several per
+// row (packed) when `packing`; padding has loss_mask 0.
+TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bool packing, uint32_t pad,
+                          PrepareStats& stats);
+
+// The whole pipeline on every rank of `comm` (collective). Logs progress on rank 0.
+TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
+                            MPI_Comm comm, PrepareStats& stats);
+
+}  // namespace superoffload::data

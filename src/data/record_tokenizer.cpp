@@ -1,0 +1,109 @@
+// RecordTokenizer.
+#include "data/record_tokenizer.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::data {
+namespace {
+
+// Fills {instruction} and {input} in one pass, so braces inside the values stay as they are.
+std::string render(const std::string& prompt_template, const std::string& instruction, const std::string& input) {
+  std::string out;
+  for (size_t i = 0; i < prompt_template.size();) {
+    if (prompt_template.compare(i, 13, "{instruction}") == 0) {
+      out += instruction;
+      i += 13;
+    } else if (prompt_template.compare(i, 7, "{input}") == 0) {
+      out += input;
+      i += 7;
+    } else {
+      out += prompt_template[i++];
+    }
+  }
+  return out;
+}
+
+void append(std::vector<uint32_t>& tokens, std::vector<uint8_t>& mask, const std::vector<int32_t>& ids, uint8_t loss) {
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  mask.insert(mask.end(), ids.size(), loss);
+}
+
+}  // namespace
+
+std::string resolve_data_format(const config::DataConfig& data) {
+  const std::filesystem::path path(data.path);
+  const auto extension = path.extension().string();
+  if (data.format == "hdf5" || (data.format == "auto" && (extension == ".h5" || extension == ".hdf5"))) return "hdf5";
+  if (data.format != "auto") return data.format;
+  std::ifstream in(path);
+  SO_CHECK(in, "cannot open the dataset " << data.path << hint("check [data] path"));
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      SO_FAIL(data.path << ":" << number << ": not valid JSON (" << e.what() << ")"
+                        << hint("[data] path must be an HDF5 file (.h5) or JSON Lines, one object per line"));
+    }
+    if (record.is_object() && record.contains("instruction")) return "alpaca";
+    if (record.is_object() && record.contains("text")) return "jsonl";
+    SO_FAIL(data.path << ":" << number << ": the first record has neither \"text\" nor \"instruction\""
+                      << hint("use {\"text\": ...} documents or {\"instruction\", \"input\", \"output\"} records, or "
+                              "set [data] format"));
+  }
+  SO_FAIL(data.path << " holds no records");
+}
+
+RecordTokenizer::RecordTokenizer(const Tokenizer& tokenizer, const config::DataConfig& data, RecordFormat format)
+    : tokenizer_(tokenizer), data_(data), format_(format) {
+  if (format_ == RecordFormat::alpaca) {
+    SO_CHECK(data.prompt_template.find("{instruction}") != std::string::npos &&
+                 data.prompt_template.find("{input}") != std::string::npos,
+             "[data] prompt_template must contain {instruction} and {input}");
+    SO_CHECK(data.prompt_template_no_input.find("{instruction}") != std::string::npos,
+             "[data] prompt_template_no_input must contain {instruction}");
+  }
+  tokenizer_.eos_id();  // both formats end with EOS; fail now, not at the first record
+}
+
+std::string RecordTokenizer::field(const nlohmann::json& record, const char* name, bool required,
+                                   const std::string& where) const {
+  if (!record.contains(name) || record[name].is_null()) {
+    SO_CHECK(!required, where << ": the record has no \"" << name << "\" field");
+    return {};
+  }
+  SO_CHECK(record[name].is_string(), where << ": \"" << name << "\" must be a string, not a " << record[name].type_name());
+  return record[name].get<std::string>();
+}
+
+TokenizedRecord RecordTokenizer::tokenize(const nlohmann::json& record, const std::string& where) const {
+  TokenizedRecord out;
+  const auto& special = tokenizer_.special();
+  const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
+  if (format_ == RecordFormat::text) {
+    append(out.tokens, out.loss_mask, tokenizer_.encode(field(record, "text", true, where)), 1);
+    if (out.tokens.empty() || out.tokens.back() != eos) append(out.tokens, out.loss_mask, {static_cast<int32_t>(eos)}, 1);
+    return out;
+  }
+  const auto instruction = field(record, "instruction", true, where);
+  const auto input = field(record, "input", false, where);
+  const auto output = field(record, "output", true, where);
+  const auto prompt = render(input.empty() ? data_.prompt_template_no_input : data_.prompt_template, instruction, input);
+  // Prompt and response are tokenized apart so that the boundary of the loss is exact.
+  append(out.tokens, out.loss_mask, special.prefix, 0);
+  append(out.tokens, out.loss_mask, tokenizer_.encode_text(prompt), 0);
+  append(out.tokens, out.loss_mask, tokenizer_.encode_text(output), 1);
+  append(out.tokens, out.loss_mask, {static_cast<int32_t>(eos)}, 1);
+  return out;
+}
+
+}  // namespace superoffload::data

@@ -1,0 +1,43 @@
+// Turns one JSONL record into training tokens: a `text` document (BOS as the tokenizer adds
+// it, then EOS), or an Alpaca-style instruction record (`instruction`, optional `input`,
+// `output`) rendered with the prompt templates of [data], where the prompt carries no loss.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace superoffload::data {
+
+class Tokenizer;
+
+enum class RecordFormat { text, alpaca };
+
+// The format of [data] path: "hdf5" for .h5/.hdf5 files, else "jsonl" or "alpaca" (for
+// "auto", from the first record's fields). Throws naming the file and what was found.
+std::string resolve_data_format(const config::DataConfig& data);
+
+struct TokenizedRecord {
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> loss_mask;  // 1 where the token is a target that counts; same length
+};
+
+class RecordTokenizer {
+ public:
+  // Checks the templates ({instruction} and {input} placeholders) once, up front.
+  RecordTokenizer(const Tokenizer& tokenizer, const config::DataConfig& data, RecordFormat format);
+  // `where` ("file:line") names the record in errors.
+  TokenizedRecord tokenize(const nlohmann::json& record, const std::string& where) const;
+
+ private:
+  std::string field(const nlohmann::json& record, const char* name, bool required, const std::string& where) const;
+  const Tokenizer& tokenizer_;
+  const config::DataConfig& data_;
+  RecordFormat format_;
+};
+
+}  // namespace superoffload::data

@@ -1,0 +1,54 @@
+// Token files.
+#include "data/token_arrays.hpp"
+
+#include <filesystem>
+
+#include "io/hdf5_file.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::data {
+
+TokenArrays read_token_file(const std::string& path) {
+  SO_CHECK(std::filesystem::exists(path), "the dataset " << path << " does not exist" << hint("check [data] path"));
+  const auto file = io::Hdf5File::open_read(path);
+  SO_CHECK(file.has("tokens"), path << " has no dataset \"tokens\""
+                                    << hint("write it with superoffload prepare (see datasets/README.md)"));
+  TokenArrays arrays;
+  auto tokens = file.read_uint32("tokens");
+  arrays.tokens = std::move(tokens.values);
+  if (tokens.shape.size() == 2) {
+    arrays.row_length = static_cast<int64_t>(tokens.shape[1]);
+    if (file.has("loss_mask")) {
+      auto mask = file.read_uint8("loss_mask");
+      SO_CHECK(mask.shape == tokens.shape, path << ": \"loss_mask\" must have the shape of \"tokens\"");
+      arrays.loss_mask = std::move(mask.values);
+    }
+  } else {
+    SO_CHECK(tokens.shape.size() == 1, path << ": \"tokens\" must be 1-D (a stream) or 2-D (samples)");
+    if (file.has("doc_offsets")) arrays.doc_offsets = file.read_int64("doc_offsets").values;
+  }
+  return arrays;
+}
+
+void write_token_file(const std::string& path, const TokenArrays& arrays,
+                      const std::map<std::string, std::string>& attributes) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  // Written under a temporary name and renamed: a crash never leaves a half file at `path`.
+  const std::string partial = path + ".partial";
+  {
+    auto file = io::Hdf5File::create(partial);
+    if (arrays.row_length > 0) {
+      const std::vector<hsize_t> shape{static_cast<hsize_t>(arrays.rows()), static_cast<hsize_t>(arrays.row_length)};
+      file.write_uint32("tokens", shape, arrays.tokens.data());
+      if (!arrays.loss_mask.empty()) file.write_uint8("loss_mask", shape, arrays.loss_mask.data());
+    } else {
+      file.write_uint32("tokens", {arrays.tokens.size()}, arrays.tokens.data());
+      if (!arrays.doc_offsets.empty()) file.write_int64("doc_offsets", {arrays.doc_offsets.size()}, arrays.doc_offsets.data());
+    }
+    for (const auto& [name, value] : attributes) file.set_attribute(name, value);
+  }
+  std::filesystem::rename(partial, path);
+}
+
+}  // namespace superoffload::data

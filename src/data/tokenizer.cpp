@@ -1,0 +1,139 @@
+// Tokenizer base and load_tokenizer(): which implementation a HuggingFace directory needs,
+// and its special tokens from tokenizer_config.json and config.json.
+#include "data/tokenizer.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/byte_level_bpe.hpp"
+#include "data/sentencepiece_tokenizer.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::data {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids = special_.prefix;
+  const auto body = encode_text(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), special_.suffix.begin(), special_.suffix.end());
+  return ids;
+}
+
+int32_t Tokenizer::eos_id() const {
+  SO_CHECK(special_.eos.has_value(),
+           "the tokenizer (" << kind() << ") has no end-of-sequence token"
+                             << hint("set eos_token in tokenizer_config.json or eos_token_id in config.json"));
+  return *special_.eos;
+}
+
+int32_t Tokenizer::pad_id() const { return special_.pad ? *special_.pad : eos_id(); }
+
+namespace {
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  SO_CHECK(in, "cannot open " << path.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    SO_FAIL(path.string() << " is not valid JSON: " << e.what());
+  }
+}
+
+// tokenizer_config.json writes a token as a string or as {"content": ...}.
+std::optional<std::string> token_text(const nlohmann::json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const auto& value = config[key];
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content")) return value["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// config.json's ids may be a number or a list (Llama 3.1: several end-of-turn ids).
+std::optional<int32_t> config_id(const nlohmann::json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const auto& value = config[key];
+  if (value.is_number_integer()) return value.get<int32_t>();
+  if (value.is_array() && !value.empty() && value[0].is_number_integer()) return value[0].get<int32_t>();
+  return std::nullopt;
+}
+
+bool is_byte_level(const nlohmann::json& tokenizer) {
+  return tokenizer.value("pre_tokenizer", nlohmann::json()).dump().find("\"ByteLevel\"") != std::string::npos;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  const fs::path given(path);
+  SO_CHECK(fs::exists(given), "tokenizer path " << path << " does not exist"
+                                                << hint("set [data] tokenizer, or put the tokenizer files in the model "
+                                                        "directory ([model] path)"));
+  const fs::path dir = fs::is_directory(given) ? given : given.parent_path();
+  fs::path json_file = dir / "tokenizer.json", model_file = dir / "tokenizer.model";
+  if (!fs::is_directory(given)) {
+    json_file = given.extension() == ".json" ? given : fs::path();
+    model_file = given.extension() == ".model" ? given : fs::path();
+    SO_CHECK(!json_file.empty() || !model_file.empty(),
+             path << " is neither a tokenizer.json nor a SentencePiece .model file");
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  SentencePieceTokenizer* sentencepiece = nullptr;
+  std::optional<nlohmann::json> json;
+  if (!json_file.empty() && fs::exists(json_file)) json = read_json(json_file);
+  // A Llama 2 / Mistral directory holds both; its tokenizer.json is a SentencePiece-style BPE
+  // converted from tokenizer.model, which is the original and is used instead.
+  if (json && (is_byte_level(*json) || model_file.empty() || !fs::exists(model_file))) {
+    try {
+      tokenizer = std::make_unique<ByteLevelBpe>(*json, json_file.string());
+    } catch (const nlohmann::json::exception& e) {
+      SO_FAIL(json_file.string() << " is not a valid HF tokenizer file: " << e.what());
+    }
+  } else if (!model_file.empty() && fs::exists(model_file)) {
+    auto sp = std::make_unique<SentencePieceTokenizer>(model_file.string());
+    sentencepiece = sp.get();
+    tokenizer = std::move(sp);
+  } else {
+    SO_FAIL("no tokenizer in " << dir.string() << ": neither tokenizer.json nor tokenizer.model"
+                               << hint("copy the tokenizer files of the base model into the directory, or set "
+                                       "[data] tokenizer"));
+  }
+
+  nlohmann::json tokenizer_config = nlohmann::json::object(), model_config = nlohmann::json::object();
+  if (fs::exists(dir / "tokenizer_config.json")) tokenizer_config = read_json(dir / "tokenizer_config.json");
+  if (fs::exists(dir / "config.json")) model_config = read_json(dir / "config.json");
+  auto special = tokenizer->special();
+  auto resolve = [&](const char* token_key, const char* id_key, int32_t model_id) -> std::optional<int32_t> {
+    if (const auto text = token_text(tokenizer_config, token_key)) {
+      const auto id = tokenizer->token_id(*text);
+      SO_CHECK(id.has_value(), (dir / "tokenizer_config.json").string() << ": " << token_key << " \"" << *text
+                                                                        << "\" is not in the vocabulary");
+      return id;
+    }
+    if (const auto id = config_id(model_config, id_key)) return id;
+    if (model_id >= 0) return model_id;
+    return std::nullopt;
+  };
+  special.bos = resolve("bos_token", "bos_token_id", sentencepiece ? sentencepiece->model_bos() : -1);
+  special.eos = resolve("eos_token", "eos_token_id", sentencepiece ? sentencepiece->model_eos() : -1);
+  special.pad = resolve("pad_token", "pad_token_id", sentencepiece ? sentencepiece->model_pad() : -1);
+  if (sentencepiece) {
+    // HF's LlamaTokenizer: add_bos_token defaults to true, add_eos_token to false.
+    special.prefix.clear();
+    special.suffix.clear();
+    if (tokenizer_config.value("add_bos_token", true) && special.bos) special.prefix.push_back(*special.bos);
+    if (tokenizer_config.value("add_eos_token", false) && special.eos) special.suffix.push_back(*special.eos);
+  }
+  for (const auto id : {special.bos, special.eos, special.pad}) {
+    SO_CHECK(!id || (*id >= 0 && *id < tokenizer->vocab_size()),
+             dir.string() << ": special token id " << *id << " is outside the vocabulary of " << tokenizer->vocab_size());
+  }
+  tokenizer->set_special(std::move(special));
+  return tokenizer;
+}
+
+}  // namespace superoffload::data

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The reference-model configs and jobscripts: every config validates (keys, types, batch
+# arithmetic) with the SuperOffload settings of its example, both modes of the launcher
+# produce a valid configuration, and every jobscript names a config that exists.
+source "$(dirname "$0")/lib.sh"
+cd "$SO_SOURCE_DIR"
+
+count=0
+for config in configs/reference-models/*.toml; do
+  name=$(basename "$config" .toml)
+  out=$("$SO_BIN" config "$config" 2>&1) || fail "$config does not validate: $out"
+  for expected in "bf16 = true" "activation_checkpointing = true" "train_micro_batch_size_per_gpu = 4" \
+                  "super_offload = true" "cpuadam_cores_perc = 0.9" 'format = "alpaca"'; do
+    expect_contains "$out" "$expected" "$config"
+  done
+  grep -Eq "^ratio = 0\.(8|9)" <<<"$out" || fail "$config: ratio must be 0.8-0.9"
+  # The ZeRO-Offload mode of jobscripts/lib/run-reference.sh.
+  out=$("$SO_BIN" config "$config" --set offload.super_offload=false --set offload.ratio=1.0 2>&1) \
+    || fail "$config in zerooffload mode: $out"
+  sbatch_file=jobscripts/$name.sbatch
+  [[ -f $sbatch_file ]] || fail "no jobscript for $config"
+  bash -n "$sbatch_file" || fail "$sbatch_file has a syntax error"
+  grep -q "run-reference.sh\" $name " "$sbatch_file" || fail "$sbatch_file does not run $name"
+  count=$((count + 1))
+done
+((count == 7)) || fail "expected the 7 reference models, found $count"
+bash -n jobscripts/lib/run-reference.sh || fail "run-reference.sh has a syntax error"
+out=$(SLURM_SUBMIT_DIR=$PWD MODE=bogus bash jobscripts/lib/run-reference.sh phi-4 2>&1) && fail "MODE=bogus accepted"
+expect_contains "$out" "use superoffload or zerooffload" "bad MODE message"
+echo "reference configs: $count models validate in both modes"
