@@ -22,6 +22,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
                      ->default_str("latest");
   command->callback([&run, &globals, options, resume] {
     const bool resume_requested = resume->count() > 0;
+    if (resume_requested && options->resume.empty()) options->resume = "latest";
     run = [&globals, options, resume_requested](const runtime::MpiWorld& world) {
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
@@ -34,9 +35,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         for (const auto& line : report.table) SO_LOG(info) << line;
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
       }
-      SO_CHECK(!resume_requested,
-               "--resume: checkpoints are not written by this build yet, so there is nothing to resume from");
-      train::run_training(cfg, world, binding);
+      train::run_training(cfg, world, binding, resume_requested ? options->resume : std::string());
       return 0;
     };
   });

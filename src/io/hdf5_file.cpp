@@ -80,6 +80,17 @@ Array<uint8_t> Hdf5File::read_uint8(const std::string& dataset) const {
   return read_all<uint8_t>(*this, set.get(), H5T_NATIVE_UINT8, dataset, shape(dataset));
 }
 
+void Hdf5File::read_float_slice(const std::string& dataset, int64_t offset, int64_t count, float* out) const {
+  const auto set = open_dataset(dataset);
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set.get()), path_ << ":" << dataset), H5Sclose);
+  const hsize_t start = static_cast<hsize_t>(offset), length = static_cast<hsize_t>(count);
+  SO_CHECK_HDF5(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &start, nullptr, &length, nullptr),
+                "selecting [" << offset << ", +" << count << ") of " << path_ << ":" << dataset);
+  const Hdf5Handle memory(SO_CHECK_HDF5(H5Screate_simple(1, &length, nullptr), "memory space"), H5Sclose);
+  SO_CHECK_HDF5(H5Dread(set.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, out),
+                "reading " << path_ << ":" << dataset);
+}
+
 void Hdf5File::write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type,
                      const void* values) {
   const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr),
@@ -98,7 +109,9 @@ void Hdf5File::write(const std::string& dataset, const std::vector<hsize_t>& sha
     SO_CHECK_HDF5(H5Pset_chunk(properties.get(), static_cast<int>(chunk.size()), chunk.data()), "chunking " << dataset);
     SO_CHECK_HDF5(H5Pset_fletcher32(properties.get()), "checksumming " << dataset);
   }
-  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file_.get(), dataset.c_str(), memory_type, space.get(), H5P_DEFAULT,
+  const Hdf5Handle links(SO_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "link properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_create_intermediate_group(links.get(), 1), "intermediate groups for " << dataset);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file_.get(), dataset.c_str(), memory_type, space.get(), links.get(),
                                                 properties.get(), H5P_DEFAULT),
                                      "creating " << path_ << ":" << dataset),
                        H5Dclose);

@@ -56,7 +56,10 @@ class Hdf5File {
   Array<float> read_float(const std::string& dataset) const;
   Array<uint32_t> read_uint32(const std::string& dataset) const;
   Array<uint8_t> read_uint8(const std::string& dataset) const;
-  // Chunked, with Fletcher32 checksums.
+  // `count` values from `offset` of a 1-D float dataset (HDF5 verifies the checksum of every
+  // chunk it reads).
+  void read_float_slice(const std::string& dataset, int64_t offset, int64_t count, float* out) const;
+  // Chunked, with Fletcher32 checksums; groups in the path ("a/b/c") are created.
   void write_float(const std::string& dataset, const std::vector<hsize_t>& shape, const float* values);
   void write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values);
   void write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values);

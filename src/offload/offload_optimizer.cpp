@@ -116,6 +116,36 @@ at::Tensor OffloadOptimizer::master(size_t layer) const {
   return at::cat(parts);
 }
 
+zero::ShardState OffloadOptimizer::shard_state(size_t layer) const {
+  std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
+  int64_t steps = -1;
+  for (size_t i : groups_of_layer_[layer]) {
+    const auto& g = groups_[i];
+    master.push_back(g.master.to(at::kCPU));
+    exp_avg.push_back(g.exp_avg.to(at::kCPU));
+    exp_avg_sq.push_back(g.exp_avg_sq.to(at::kCPU));
+    SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
+    steps = g.steps;
+  }
+  auto join = [](std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
+  return {join(master), join(exp_avg), join(exp_avg_sq), std::max<int64_t>(steps, 0)};
+}
+
+void OffloadOptimizer::load_shard_state(size_t layer, const zero::ShardState& state) {
+  wait_for_worker();
+  for (size_t i : groups_of_layer_[layer]) {
+    auto& g = groups_[i];
+    const int64_t length = g.end - g.begin;
+    g.master.copy_(state.master.narrow(0, g.begin, length));
+    g.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));
+    g.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
+    g.steps = state.steps;
+    g.speculated = false;
+  }
+  // The compute-dtype shard from the fp32 master, rounded as the CPU kernel's bf16 copy is.
+  engine_.layers()[layer].set_shard(state.master.to(engine_.layers()[layer].device()));
+}
+
 void OffloadOptimizer::begin_step(double lr) {
   wait_for_worker();
   lr_ = lr;

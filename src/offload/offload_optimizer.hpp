@@ -25,6 +25,7 @@
 #include "offload/host_memory.hpp"
 #include "offload/thread_pool.hpp"
 #include "zero/engine.hpp"
+#include "zero/shard_state.hpp"
 
 namespace superoffload::offload {
 
@@ -72,6 +73,10 @@ class OffloadOptimizer {
   size_t cpu_sub_groups() const;
   // fp32 master values of a layer's shard (host copy), for tests and checkpoints.
   at::Tensor master(size_t layer) const;
+  // Checkpoint export (host fp32 copies; CPU sub-groups are not copied when the layer is one
+  // sub-group) and import, which also sets the device shard. Call between steps.
+  zero::ShardState shard_state(size_t layer) const;
+  void load_shard_state(size_t layer, const zero::ShardState& state);
 
  private:
   struct Piece {

@@ -17,6 +17,7 @@
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
 #include "runtime/timer.hpp"
+#include "train/checkpointing.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/throughput.hpp"
 #include "zero/communicator_factory.hpp"
@@ -69,13 +70,11 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const runtime:
 
 }  // namespace
 
-TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding) {
+TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding,
+                          const std::string& resume) {
   const auto& t = cfg.training;
   const int rank = world.rank(), size = world.size();
   const at::Device device = choose_device(cfg.runtime, binding);
-  if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) {
-    SO_LOG(warning) << "checkpoints are not written by this build yet ([checkpoint] settings are accepted and ignored)";
-  }
 
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
                                   /*defer=*/true);
@@ -141,13 +140,44 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
                  << " samples (" << sampler.batches_per_epoch() << " steps per epoch)";
   }
 
+  OptimizerAccess access;
+  if (offloaded) {
+    access.export_layer = [&](size_t l) { return offloaded->shard_state(l); };
+    access.import_layer = [&](size_t l, const zero::ShardState& state) { offloaded->load_shard_state(l, state); };
+  } else {
+    access.export_layer = [&](size_t l) { return on_device->shard_state(l); };
+    access.import_layer = [&](size_t l, const zero::ShardState& state) { on_device->load_shard_state(l, state); };
+  }
+  TrainingCheckpoints checkpoints(cfg, engine, access, world,
+                                  {{"path", cfg.model.path},
+                                   {"architecture", loaded.config.architecture()},
+                                   {"plugin", loaded.plugin.name},
+                                   {"plugin_version", loaded.plugin.version},
+                                   {"total_parameters", shape.total_parameters}});
+  TrainingPosition position;
+  const std::string resume_request = !resume.empty() ? resume : (cfg.checkpoint.auto_resume ? "latest" : "");
+  if (!resume_request.empty()) {
+    if (auto resumed = checkpoints.resume(resume_request)) {
+      position = *resumed;
+      sampler.set_position(position.sampler);
+    } else if (rank == 0) {
+      SO_LOG(info) << "no checkpoint under " << checkpoints.root().string() << ": starting from step 0";
+    }
+  }
+  SO_CHECK(position.step <= total_steps, "the checkpoint is at step " << position.step << ", past the "
+                                                                     << total_steps << " steps of this run"
+                                                                     << hint("raise [training] max_steps to train further"));
+
   TrainSummary summary;
+  summary.first_step = position.step;
+  summary.skipped_steps = position.skipped_steps;
   int64_t consecutive_skips = 0;
+  int64_t saved_step = position.step;
   double timed_s = 0;
   int64_t timed_steps = 0;
   const double start_s = now_s();
   const auto seq = cfg.data.seq_len;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
     const auto micro_batches = sampler.next();
     std::vector<std::pair<at::Tensor, at::Tensor>> batches;
@@ -224,7 +254,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
         line << " | MFU " << 100 * tflops / peak << "%";
       }
       if (!finite) line << " | skipped (non-finite)";
-      line << " | ETA " << format_duration(elapsed / static_cast<double>(step + 1) * static_cast<double>(total_steps - step - 1));
+      line << " | ETA " << format_duration(elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1));
       SO_LOG(info) << line.str();
       if (cfg.metrics.wall_clock_breakdown) {
         const auto& times = engine.times();
@@ -240,6 +270,13 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       }
     }
     engine.reset_times();
+    if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
+      checkpoints.save({step + 1, sampler.position(), summary.skipped_steps});
+      saved_step = step + 1;
+    }
+  }
+  if (cfg.checkpoint.save_on_exit && saved_step != total_steps) {
+    checkpoints.save({total_steps, sampler.position(), summary.skipped_steps});
   }
   summary.steps = total_steps;
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
@@ -249,8 +286,10 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   }
   if (rank == 0) {
     const auto& memory = engine.memory();
-    SO_LOG(info) << "summary: " << summary.steps << " steps, loss " << summary.losses.front() << " -> "
-                 << summary.losses.back() << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
+    SO_LOG(info) << "summary: " << summary.steps - summary.first_step << " steps"
+                 << (summary.first_step > 0 ? " (from step " + std::to_string(summary.first_step) + ")" : std::string())
+                 << ", loss " << (summary.losses.empty() ? 0.0 : summary.losses.front()) << " -> "
+                 << (summary.losses.empty() ? 0.0 : summary.losses.back()) << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
                  << t.warmup_steps << " warm-up steps), " << summary.tokens_per_s << " tokens/s, " << summary.tflops
                  << " TFLOPS per device; parameter elements per rank: shards " << memory.shard_numel
                  << ", peak gathered " << memory.peak_live_numel << ", saved activations "

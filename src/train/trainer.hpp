@@ -16,15 +16,18 @@ class MpiWorld;
 namespace superoffload::train {
 
 struct TrainSummary {
-  int64_t steps = 0;
-  std::vector<double> losses;
+  int64_t first_step = 0;   // steps before this run (resumed from a checkpoint)
+  int64_t steps = 0;        // the last step reached
+  std::vector<double> losses;  // of the steps this run took
   double mean_step_s = 0;   // excluding the first training.warmup_steps
   double tokens_per_s = 0;
   double tflops = 0;        // per device
   int64_t skipped_steps = 0;
 };
 
+// `resume`: "" (start fresh, unless [checkpoint] auto_resume finds `latest`), "latest" or a
+// checkpoint directory.
 TrainSummary run_training(const config::Config& config, const runtime::MpiWorld& world,
-                          const runtime::RankBinding& binding);
+                          const runtime::RankBinding& binding, const std::string& resume = {});
 
 }  // namespace superoffload::train

@@ -21,6 +21,18 @@ ShardedAdamW::ShardedAdamW(ZeroEngine& engine, AdamWSettings settings) : engine_
   }
 }
 
+ShardState ShardedAdamW::shard_state(size_t layer) const {
+  return {master_[layer], exp_avg_[layer], exp_avg_sq_[layer], steps_};
+}
+
+void ShardedAdamW::load_shard_state(size_t layer, const ShardState& state) {
+  master_[layer].copy_(state.master);
+  exp_avg_[layer].copy_(state.exp_avg);
+  exp_avg_sq_[layer].copy_(state.exp_avg_sq);
+  steps_ = state.steps;
+  engine_.layers()[layer].set_shard(master_[layer]);
+}
+
 double ShardedAdamW::global_grad_norm() { return engine_.global_grad_norm(); }
 
 void ShardedAdamW::clip_gradients(double max_norm, double norm) {

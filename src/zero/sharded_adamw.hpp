@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "zero/engine.hpp"
+#include "zero/shard_state.hpp"
 
 namespace superoffload::zero {
 
@@ -32,6 +33,9 @@ class ShardedAdamW {
   at::Tensor& exp_avg(size_t layer) { return exp_avg_[layer]; }
   at::Tensor& exp_avg_sq(size_t layer) { return exp_avg_sq_[layer]; }
   int64_t steps() const { return steps_; }
+  // Checkpoint export and import of layer `layer`'s state; import also sets the device shard.
+  ShardState shard_state(size_t layer) const;
+  void load_shard_state(size_t layer, const ShardState& state);
 
  private:
   ZeroEngine& engine_;

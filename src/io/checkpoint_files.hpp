@@ -1,0 +1,49 @@
+// The on-disk layout of checkpoints and what makes one complete:
+//   <root>/step_<8 digits>/rank_<5 digits>.h5   one per rank (shards and moments, checksummed)
+//   <root>/step_<8 digits>/manifest.json        rank 0: layout, model, config, versions
+//   <root>/step_<8 digits>/DONE                 written last: manifest CRC32, each file's size and CRC32
+//   <root>/latest                               the name of the newest complete one (atomic rename)
+// A directory without DONE, or whose files do not match it, is never resumed from.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace superoffload::io {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+std::string step_directory_name(int64_t step);  // "step_00000042"
+std::string rank_file_name(int rank);            // "rank_00003.h5"
+// The step of a "step_<digits>" directory, if it is one.
+std::optional<int64_t> step_of(const std::filesystem::path& directory);
+
+uint32_t file_crc32(const std::filesystem::path& path);
+// fsync of a file or a directory (after a rename), so a crash keeps what was written.
+void sync_path(const std::filesystem::path& path);
+// Writes `text` to `path` through a temporary file and an atomic rename.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+// step_* directories under `root`, oldest first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& root);
+// What `latest` names (empty when there is no `latest`).
+std::filesystem::path read_latest(const std::filesystem::path& root);
+
+// Why the checkpoint in `directory` cannot be used, or "" when it is complete. Collective over
+// `comm`: every rank checks the structure (DONE, manifest checksum, rank files and sizes) and
+// the CRC32 of the rank files k with k mod world = rank, so the data is read once in all;
+// every rank gets the same answer.
+std::string checkpoint_problem(const std::filesystem::path& directory, MPI_Comm comm);
+
+// The checkpoint to resume from: `request` is "latest" or a checkpoint directory. A broken
+// `latest` falls back to the newest intact checkpoint, and `notes` says why; a broken explicit
+// path is an error. Empty when "latest" finds no checkpoint at all. Collective.
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& root, const std::string& request, MPI_Comm comm,
+                                         std::vector<std::string>& notes);
+
+}  // namespace superoffload::io

@@ -1,0 +1,67 @@
+// CheckpointReader.
+#include "io/checkpoint_reader.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "io/checkpoint_files.hpp"
+#include "io/hdf5_file.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::io {
+
+namespace fs = std::filesystem;
+
+CheckpointReader::CheckpointReader(fs::path directory) : directory_(std::move(directory)) {
+  std::ifstream in(directory_ / "manifest.json");
+  SO_CHECK(in, "cannot read " << (directory_ / "manifest.json").string());
+  manifest_ = nlohmann::json::parse(in);
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+int64_t CheckpointReader::step() const { return manifest_.at("step").get<int64_t>(); }
+int CheckpointReader::world_size() const { return manifest_.at("world_size").get<int>(); }
+size_t CheckpointReader::layers() const { return manifest_.at("layers").size(); }
+
+Hdf5File& CheckpointReader::file(int rank) {
+  auto& slot = files_[rank];
+  if (!slot) slot = std::make_unique<Hdf5File>(Hdf5File::open_read((directory_ / rank_file_name(rank)).string()));
+  return *slot;
+}
+
+namespace {
+
+std::string dataset(size_t layer, const std::string& field) {
+  char name[48];
+  std::snprintf(name, sizeof name, "layers/%05zu/%s", layer, field.c_str());
+  return name;
+}
+
+}  // namespace
+
+void CheckpointReader::read(size_t layer, const std::string& field, int64_t begin, int64_t count, float* out) {
+  const auto& entry = manifest_.at("layers").at(layer);
+  const int64_t shard = entry.at("shard_numel").get<int64_t>();
+  const int64_t stored = shard * world_size();
+  const int64_t end = begin + count;
+  std::fill(out, out + count, 0.0f);
+  for (int64_t at = begin; at < std::min(end, stored);) {
+    const int owner = static_cast<int>(at / shard);
+    const int64_t offset = at - owner * shard;
+    const int64_t length = std::min(end, (owner + 1) * shard) - at;
+    file(owner).read_float_slice(dataset(layer, field), offset, length, out + (at - begin));
+    at += length;
+  }
+}
+
+int64_t CheckpointReader::steps(size_t layer) { return file(0).read_int64(dataset(layer, "steps")).values.at(0); }
+
+std::vector<uint8_t> CheckpointReader::rng_state(int rank) {
+  auto& f = file(rank);
+  if (!f.has("rng_state")) return {};
+  return f.read_uint8("rng_state").values;
+}
+
+}  // namespace superoffload::io

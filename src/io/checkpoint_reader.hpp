@@ -1,0 +1,45 @@
+// Reads a checkpoint written by any number of ranks: the manifest's layout says where each
+// layer's flat elements lie (rank k of M holds [k·shard, (k+1)·shard)), so a run of N ranks
+// reads exactly the slices of its own shards from the files that hold them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace superoffload::io {
+
+class Hdf5File;
+
+class CheckpointReader {
+ public:
+  // Reads manifest.json; integrity is checked beforehand (checkpoint_problem).
+  explicit CheckpointReader(std::filesystem::path directory);
+  ~CheckpointReader();
+
+  const std::filesystem::path& directory() const { return directory_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  int64_t step() const;
+  int world_size() const;
+  size_t layers() const;
+
+  // `field` ("master", "exp_avg" or "exp_avg_sq") of layer `layer` at flat elements
+  // [begin, begin + count) (the writer's padding beyond the parameters reads as 0).
+  void read(size_t layer, const std::string& field, int64_t begin, int64_t count, float* out);
+  int64_t steps(size_t layer);
+  // The RNG state rank `rank` saved.
+  std::vector<uint8_t> rng_state(int rank);
+
+ private:
+  Hdf5File& file(int rank);
+  std::filesystem::path directory_;
+  nlohmann::json manifest_;
+  std::map<int, std::unique_ptr<Hdf5File>> files_;
+};
+
+}  // namespace superoffload::io

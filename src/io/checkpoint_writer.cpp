@@ -1,0 +1,115 @@
+// save_checkpoint.
+#include "io/checkpoint_writer.hpp"
+
+#include <cstdio>
+
+#include "io/checkpoint_files.hpp"
+#include "io/hdf5_file.hpp"
+#include "runtime/check_mpi.hpp"
+#include "runtime/error.hpp"
+#include "runtime/timer.hpp"
+
+namespace superoffload::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string layer_group(size_t layer) {
+  char name[32];
+  std::snprintf(name, sizeof name, "layers/%05zu/", layer);
+  return name;
+}
+
+void write_rank_file(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
+                     const std::vector<uint8_t>& rng_state) {
+  const fs::path partial = path.string() + ".partial";
+  {
+    auto file = Hdf5File::create(partial.string());
+    for (size_t l = 0; l < shards.size(); ++l) {
+      const auto& s = shards[l];
+      const std::vector<hsize_t> shape{static_cast<hsize_t>(s.numel)};
+      const auto group = layer_group(l);
+      file.write_float(group + "master", shape, s.master);
+      file.write_float(group + "exp_avg", shape, s.exp_avg);
+      file.write_float(group + "exp_avg_sq", shape, s.exp_avg_sq);
+      file.write_int64(group + "steps", {1}, &s.steps);
+    }
+    const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
+    file.write_int64("header", {3}, header);
+    if (!rng_state.empty()) file.write_uint8("rng_state", {rng_state.size()}, rng_state.data());
+  }
+  sync_path(partial);
+  fs::rename(partial, path);
+}
+
+}  // namespace
+
+SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
+                           const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
+                           MPI_Comm comm) {
+  const double start_s = runtime::now_s();
+  int rank = 0, world = 1;
+  SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  SO_CHECK_MPI(MPI_Comm_size(comm, &world));
+  SaveResult result;
+  result.directory = root / step_directory_name(step);
+
+  // Rank 0 prepares the directory: a complete checkpoint of this step is kept as it is; a
+  // leftover without DONE (a save cut short) is cleared.
+  int exists = 0;
+  if (rank == 0) {
+    fs::create_directories(root);
+    if (fs::exists(result.directory / "DONE")) {
+      exists = 1;
+    } else {
+      fs::remove_all(result.directory);
+      fs::create_directories(result.directory);
+    }
+  }
+  SO_CHECK_MPI(MPI_Bcast(&exists, 1, MPI_INT, 0, comm));
+  if (exists) {
+    result.already_saved = true;
+    return result;
+  }
+
+  const fs::path mine = result.directory / rank_file_name(rank);
+  write_rank_file(mine, step, rank, shards, rng_state);
+  uint64_t record[2] = {static_cast<uint64_t>(fs::file_size(mine)), file_crc32(mine)};
+  std::vector<uint64_t> records(static_cast<size_t>(2 * world));
+  SO_CHECK_MPI(MPI_Gather(record, 2, MPI_UINT64_T, records.data(), 2, MPI_UINT64_T, 0, comm));
+
+  if (rank == 0) {
+    manifest["format_version"] = kCheckpointFormatVersion;
+    manifest["step"] = step;
+    manifest["world_size"] = world;
+    write_file_atomically(result.directory / "manifest.json", manifest.dump(1));
+    nlohmann::json done;
+    done["manifest_crc32"] = file_crc32(result.directory / "manifest.json");
+    for (int k = 0; k < world; ++k) {
+      done["files"][rank_file_name(k)] = {{"bytes", records[static_cast<size_t>(2 * k)]},
+                                          {"crc32", records[static_cast<size_t>(2 * k + 1)]}};
+      result.bytes += records[static_cast<size_t>(2 * k)];
+    }
+    // Every rank file was renamed into place before the gather: DONE is the last word.
+    write_file_atomically(result.directory / "DONE", done.dump(1));
+    write_file_atomically(root / "latest", step_directory_name(step) + "\n");
+    // Only now may older checkpoints go: the newest `keep_last` complete ones stay, and
+    // incomplete leftovers older than this one are cleared.
+    if (keep_last > 0) {
+      auto all = list_checkpoints(root);
+      int64_t complete_seen = 0;
+      for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        if (step_of(*it).value_or(0) > step) continue;
+        const bool complete = fs::exists(*it / "DONE");
+        if (complete && ++complete_seen <= keep_last) continue;
+        fs::remove_all(*it);
+      }
+    }
+  }
+  SO_CHECK_MPI(MPI_Bcast(&result.bytes, 1, MPI_UINT64_T, 0, comm));
+  result.seconds = runtime::now_s() - start_s;
+  return result;
+}
+
+}  // namespace superoffload::io

@@ -1,0 +1,40 @@
+// Saves one checkpoint: every rank writes its file (fp32 master, exp_avg, exp_avg_sq and the
+// step count of each layer shard, plus its RNG state) under a temporary name and renames it;
+// rank 0 then writes manifest.json and, after all files are in place, DONE (with every
+// file's size and CRC32), and finally replaces `latest`. Older checkpoints beyond
+// `keep_last` are deleted only after that. Works on host pointers, not tensors.
+#pragma once
+
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+namespace superoffload::io {
+
+// One layer's shard state on the host, as the optimizer keeps it.
+struct ShardView {
+  const float* master = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+  int64_t numel = 0;
+  int64_t steps = 0;
+};
+
+struct SaveResult {
+  std::filesystem::path directory;
+  uint64_t bytes = 0;      // all rank files
+  double seconds = 0;
+  bool already_saved = false;  // a complete checkpoint of this step existed
+};
+
+// Collective over `comm`. `manifest` (rank 0's is used) gets format_version, step and
+// world_size added. `keep_last` <= 0 keeps everything.
+SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
+                           const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
+                           MPI_Comm comm);
+
+}  // namespace superoffload::io

@@ -1,0 +1,178 @@
+// TrainingCheckpoints: the torch side of checkpoints (io/ works on host pointers).
+#include "train/checkpointing.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "config/toml_writer.hpp"
+#include "io/checkpoint_files.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/checkpoint_writer.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/error.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> cpu_rng_state() {
+  const auto state = at::detail::getDefaultCPUGenerator().get_state();
+  const auto* bytes = state.data_ptr<uint8_t>();
+  return {bytes, bytes + state.numel()};
+}
+
+void set_cpu_rng_state(const std::vector<uint8_t>& bytes) {
+  auto state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(state);
+}
+
+std::string shape_text(const nlohmann::json& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i].get<int64_t>();
+  return out.str() + "]";
+}
+
+}  // namespace
+
+TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, OptimizerAccess optimizer,
+                                         const runtime::MpiWorld& world, nlohmann::json model)
+    : config_(config), engine_(engine), optimizer_(std::move(optimizer)), world_(world), model_(std::move(model)),
+      root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
+
+void TrainingCheckpoints::save(const TrainingPosition& position) {
+  auto& layers = engine_.layers();
+  std::vector<zero::ShardState> states;  // keeps the host copies alive while they are written
+  std::vector<io::ShardView> views;
+  nlohmann::json layout = nlohmann::json::array();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto s = optimizer_.export_layer(l);
+    s.master = s.master.contiguous();
+    s.exp_avg = s.exp_avg.contiguous();
+    s.exp_avg_sq = s.exp_avg_sq.contiguous();
+    views.push_back({s.master.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
+                     s.master.numel(), s.steps});
+    states.push_back(std::move(s));
+    const auto& l_layout = layers[l].layout();
+    nlohmann::json parameters = nlohmann::json::array();
+    for (const auto& p : l_layout.parameters()) {
+      parameters.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"numel", p.numel},
+                            {"weight_decay", p.weight_decay}});
+    }
+    layout.push_back({{"prefix", layers[l].layer().hf_prefix()}, {"numel", l_layout.numel()},
+                      {"shard_numel", l_layout.shard_numel()}, {"parameters", parameters}});
+  }
+  nlohmann::json manifest;
+  manifest["layers"] = layout;
+  manifest["model"] = model_;
+  manifest["training"] = {{"step", position.step},
+                          {"sampler_epoch", position.sampler.epoch},
+                          {"sampler_batch", position.sampler.batch},
+                          {"global_batch_samples", global_batch_},
+                          {"skipped_steps", position.skipped_steps},
+                          {"seed", config_.training.seed}};
+  manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
+  manifest["config"] = config::to_toml(config_);
+  nlohmann::json versions = nlohmann::json::object();
+  for (const auto& [name, version] : runtime::software_versions()) versions[name] = version;
+  manifest["versions"] = versions;
+  manifest["git_revision"] = runtime::git_revision();
+  const auto result = io::save_checkpoint(root_, position.step, views, cpu_rng_state(), manifest,
+                                          config_.checkpoint.keep_last, world_.world());
+  if (world_.rank() == 0) {
+    if (result.already_saved) {
+      SO_LOG(info) << "checkpoint " << result.directory.string() << " exists already";
+    } else {
+      SO_LOG(info) << "checkpoint saved: " << result.directory.string() << " (" << result.bytes / 1e6 << " MB in "
+                   << result.seconds << " s, " << result.bytes / 1e9 / std::max(result.seconds, 1e-9) << " GB/s)";
+    }
+  }
+}
+
+void TrainingCheckpoints::check_model_matches(const nlohmann::json& manifest, const fs::path& directory) const {
+  const auto& saved = manifest.at("layers");
+  auto& layers = engine_.layers();
+  SO_CHECK(saved.size() == layers.size(), "checkpoint " << directory.string() << " has " << saved.size()
+                                                        << " layers; this model has " << layers.size()
+                                                        << hint("resume with the model the checkpoint was written for"));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& parameters = layers[l].layout().parameters();
+    const auto& there = saved[l].at("parameters");
+    SO_CHECK(there.size() == parameters.size(), "checkpoint " << directory.string() << ": layer " << l << " has "
+                                                              << there.size() << " parameters there and "
+                                                              << parameters.size() << " here");
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const auto& mine = parameters[p];
+      SO_CHECK(there[p].at("name").get<std::string>() == mine.name && there[p].at("shape") == nlohmann::json(mine.shape) &&
+                   there[p].at("offset").get<int64_t>() == mine.offset,
+               "checkpoint " << directory.string() << " was written for another model: parameter " << p << " of layer "
+                             << l << " is " << there[p].at("name").get<std::string>() << " " << shape_text(there[p].at("shape"))
+                             << " there and " << mine.name << " " << shape_text(nlohmann::json(mine.shape)) << " here"
+                             << hint("resume with the model (and plugin) the checkpoint was written for"));
+    }
+  }
+}
+
+std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& request) {
+  std::vector<std::string> notes;
+  const auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes);
+  if (world_.rank() == 0) {
+    for (const auto& note : notes) SO_LOG(warning) << note;
+  }
+  if (directory.empty()) return std::nullopt;
+  io::CheckpointReader reader(directory);
+  check_model_matches(reader.manifest(), directory);
+  const int rank = world_.rank();
+  auto& layers = engine_.layers();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& layout = layers[l].layout();
+    const int64_t begin = layout.shard_begin(rank), count = layout.shard_numel();
+    zero::ShardState state;
+    for (auto [field, tensor] : {std::pair{"master", &state.master}, std::pair{"exp_avg", &state.exp_avg},
+                                 std::pair{"exp_avg_sq", &state.exp_avg_sq}}) {
+      *tensor = at::empty({count}, at::kFloat);
+      reader.read(l, field, begin, count, tensor->data_ptr<float>());
+      // Padding past the parameters stays 0 whatever the writer's padding held.
+      if (begin + count > layout.numel()) {
+        const int64_t first_padding = std::max<int64_t>(0, layout.numel() - begin);
+        tensor->narrow(0, first_padding, count - first_padding).zero_();
+      }
+    }
+    state.steps = reader.steps(l);
+    optimizer_.import_layer(l, state);
+  }
+  const auto& training = reader.manifest().at("training");
+  TrainingPosition position;
+  position.step = training.at("step").get<int64_t>();
+  position.skipped_steps = training.at("skipped_steps").get<int64_t>();
+  position.sampler.epoch = training.at("sampler_epoch").get<int64_t>();
+  position.sampler.batch = training.at("sampler_batch").get<int64_t>();
+  const int64_t saved_batch = training.at("global_batch_samples").get<int64_t>();
+  if (saved_batch != global_batch_) {
+    // The same samples consumed in this epoch, counted in the new global batch.
+    const int64_t consumed = position.sampler.batch * saved_batch;
+    position.sampler.batch = consumed / global_batch_;
+    if (rank == 0 && consumed % global_batch_ != 0) {
+      SO_LOG(warning) << "the global batch changed from " << saved_batch << " to " << global_batch_ << " samples: "
+                      << consumed % global_batch_ << " samples of the epoch are seen again";
+    }
+  }
+  if (reader.world_size() == world_.size()) set_cpu_rng_state(reader.rng_state(rank));
+  if (rank == 0) {
+    SO_LOG(info) << "resumed from " << directory.string() << ": step " << position.step << ", written by "
+                 << reader.world_size() << " rank(s)" << (reader.world_size() != world_.size() ? " (resharded)" : "")
+                 << ", epoch " << position.sampler.epoch << " batch " << position.sampler.batch;
+  }
+  return position;
+}
+
+}  // namespace superoffload::train

@@ -1,0 +1,61 @@
+// Checkpoints of a training run: the optimizer's shard state of every layer, the position in
+// the data and the step, the RNG state, and a manifest that lets a run at another world size
+// load it (see io/checkpoint_files.hpp for the layout and the integrity rules).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "config/config.hpp"
+#include "data/sampler.hpp"
+#include "zero/engine.hpp"
+#include "zero/shard_state.hpp"
+
+namespace superoffload::runtime {
+class MpiWorld;
+}
+
+namespace superoffload::train {
+
+// Where a run stands between two steps.
+struct TrainingPosition {
+  int64_t step = 0;  // optimizer steps completed
+  data::SamplerPosition sampler;
+  int64_t skipped_steps = 0;
+};
+
+// How the checkpoint code reaches the optimizer in use.
+struct OptimizerAccess {
+  std::function<zero::ShardState(size_t layer)> export_layer;
+  std::function<void(size_t layer, const zero::ShardState&)> import_layer;
+};
+
+class TrainingCheckpoints {
+ public:
+  // `model` describes the model in the manifest (path, architecture, plugin, parameters).
+  TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, OptimizerAccess optimizer,
+                      const runtime::MpiWorld& world, nlohmann::json model);
+
+  std::filesystem::path root() const { return root_; }
+  // Collective. Logs where, how big and how long on rank 0.
+  void save(const TrainingPosition& position);
+  // Collective. `request`: "latest" or a checkpoint directory. Restores the optimizer state
+  // (resharded when the world size differs), the RNG state and the position; nullopt when
+  // "latest" finds no checkpoint. Refuses a checkpoint of another model, naming the difference.
+  std::optional<TrainingPosition> resume(const std::string& request);
+
+ private:
+  void check_model_matches(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
+  const config::Config& config_;
+  zero::ZeroEngine& engine_;
+  OptimizerAccess optimizer_;
+  const runtime::MpiWorld& world_;
+  nlohmann::json model_;
+  std::filesystem::path root_;
+  int64_t global_batch_;
+};
+
+}  // namespace superoffload::train
