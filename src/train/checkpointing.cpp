@@ -90,7 +90,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position) {
                                           config_.checkpoint.keep_last, world_.world());
   if (world_.rank() == 0) {
     if (result.already_saved) {
-      SO_LOG(info) << "checkpoint " << result.directory.string() << " exists already";
+      SO_LOG(debug) << "checkpoint " << result.directory.string() << " exists already";
     } else {
       SO_LOG(info) << "checkpoint saved: " << result.directory.string() << " (" << result.bytes / 1e6 << " MB in "
                    << result.seconds << " s, " << result.bytes / 1e9 / std::max(result.seconds, 1e-9) << " GB/s)";

@@ -3,22 +3,26 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <optional>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "data/sampler.hpp"
+#include "config/toml_writer.hpp"
 #include "data/prepare.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "model/load_model.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
 #include "runtime/timer.hpp"
 #include "train/checkpointing.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/metrics_recorder.hpp"
 #include "train/throughput.hpp"
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
@@ -168,11 +172,23 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
                                                                      << total_steps << " steps of this run"
                                                                      << hint("raise [training] max_steps to train further"));
 
+  std::map<std::string, std::string> attributes{{"config", config::to_toml(cfg)},
+                                                 {"world_size", std::to_string(size)},
+                                                 {"model", cfg.model.path},
+                                                 {"git_revision", runtime::git_revision()}};
+  {
+    std::string hosts, versions, binding_table;
+    for (const auto& host : runtime::MpiWorld::allgather(world.host(), world.world())) hosts += host + "\n";
+    for (const auto& [name, version] : runtime::software_versions()) versions += name + " " + version + "\n";
+    for (const auto& line : runtime::report_bindings(world, binding).table) binding_table += line + "\n";
+    attributes.insert({{"hosts", hosts}, {"versions", versions}, {"binding", binding_table}});
+  }
+  MetricsRecorder metrics(cfg, world, position.step, attributes);
+
   TrainSummary summary;
   summary.first_step = position.step;
   summary.skipped_steps = position.skipped_steps;
   int64_t consecutive_skips = 0;
-  int64_t saved_step = position.step;
   double timed_s = 0;
   int64_t timed_steps = 0;
   const double start_s = now_s();
@@ -208,10 +224,12 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     const double loss = sums[0] / std::max(1.0, tokens);
     double norm = 0;
     bool finite = true;
+    int64_t rollbacks = 0;
     if (offloaded) {
       const auto outcome = offloaded->finish_step();
       norm = outcome.grad_norm;
       finite = !outcome.skipped;
+      rollbacks = outcome.rolled_back;
     } else {
       norm = on_device->global_grad_norm();
       finite = std::isfinite(norm);
@@ -234,8 +252,11 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       timed_s += step_s;
       ++timed_steps;
     }
+    const double tflops = tflops_per_device(throughput, step_s);
+    metrics.record({step + 1, loss, lr, norm, step_s, tokens / step_s, tflops, peak > 0 ? tflops / peak : 0.0, !finite,
+                    rollbacks, engine.times(), offloaded ? offloaded->times() : offload::OffloadTimes{},
+                    engine.memory().peak_live_numel});
     if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps)) {
-      const double tflops = tflops_per_device(throughput, step_s);
       const double elapsed = now_s() - start_s;
       std::ostringstream line;
       line.setf(std::ios::fixed);
@@ -272,12 +293,10 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     engine.reset_times();
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       checkpoints.save({step + 1, sampler.position(), summary.skipped_steps});
-      saved_step = step + 1;
     }
   }
-  if (cfg.checkpoint.save_on_exit && saved_step != total_steps) {
-    checkpoints.save({total_steps, sampler.position(), summary.skipped_steps});
-  }
+  // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).
+  if (cfg.checkpoint.save_on_exit) checkpoints.save({total_steps, sampler.position(), summary.skipped_steps});
   summary.steps = total_steps;
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
   if (summary.mean_step_s > 0) {

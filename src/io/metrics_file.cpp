@@ -1,0 +1,196 @@
+// MetricsFile.
+#include "io/metrics_file.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "runtime/check_hdf5.hpp"
+#include "runtime/error.hpp"
+
+namespace superoffload::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr hsize_t kChunkRows = 256;
+
+Hdf5Handle file_access() {
+  Hdf5Handle access(SO_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), "file access properties"), H5Pclose);
+  // SWMR needs the latest file format.
+  SO_CHECK_HDF5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "file format bounds");
+  return access;
+}
+
+void set_string_attribute(hid_t file, const std::string& name, const std::string& value) {
+  if (H5Aexists(file, name.c_str()) > 0) SO_CHECK_HDF5(H5Adelete(file, name.c_str()), "replacing attribute " << name);
+  const Hdf5Handle type(SO_CHECK_HDF5(H5Tcopy(H5T_C_S1), "string type"), H5Tclose);
+  SO_CHECK_HDF5(H5Tset_size(type.get(), std::max<size_t>(1, value.size())), "string size");
+  SO_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8), "string charset");
+  SO_CHECK_HDF5(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "string padding");
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate(H5S_SCALAR), "attribute space"), H5Sclose);
+  const Hdf5Handle attribute(
+      SO_CHECK_HDF5(H5Acreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "attribute " << name),
+      H5Aclose);
+  const std::string stored = value.empty() ? std::string(1, '\0') : value;
+  SO_CHECK_HDF5(H5Awrite(attribute.get(), type.get(), stored.data()), "writing attribute " << name);
+}
+
+// An extendible float64 dataset of `columns` values per row (1-D when columns is 0).
+void create_series(hid_t file, const std::string& name, hsize_t columns) {
+  const int rank = columns == 0 ? 1 : 2;
+  const hsize_t dims[2] = {0, columns}, max_dims[2] = {H5S_UNLIMITED, columns}, chunk[2] = {kChunkRows, columns};
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(rank, dims, max_dims), "dataspace of " << name), H5Sclose);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_chunk(properties.get(), rank, chunk), "chunking " << name);
+  const Hdf5Handle links(SO_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "link properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_create_intermediate_group(links.get(), 1), "groups of " << name);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), links.get(),
+                                                properties.get(), H5P_DEFAULT),
+                                     "creating " << name),
+                       H5Dclose);
+}
+
+hsize_t series_rows(hid_t set) {
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set), "dataspace"), H5Sclose);
+  hsize_t dims[2] = {0, 0};
+  SO_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "extent");
+  return dims[0];
+}
+
+void append_row(hid_t set, hsize_t row, const double* values, hsize_t columns) {
+  const int rank = columns == 0 ? 1 : 2;
+  const hsize_t extent[2] = {row + 1, columns}, start[2] = {row, 0}, count[2] = {1, std::max<hsize_t>(columns, 1)};
+  SO_CHECK_HDF5(H5Dset_extent(set, extent), "extending a metrics dataset");
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set), "dataspace"), H5Sclose);
+  SO_CHECK_HDF5(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), "row selection");
+  const Hdf5Handle memory(SO_CHECK_HDF5(H5Screate_simple(rank, count, nullptr), "row space"), H5Sclose);
+  SO_CHECK_HDF5(H5Dwrite(set, H5T_NATIVE_DOUBLE, memory.get(), space.get(), H5P_DEFAULT, values), "writing a metrics row");
+}
+
+}  // namespace
+
+MetricsFile::MetricsFile(const std::string& path, std::vector<std::string> train_columns,
+                         std::vector<std::string> rank_columns, int world_size, int64_t keep_through_step,
+                         const std::map<std::string, std::string>& attributes)
+    : path_(path), train_columns_(std::move(train_columns)), rank_columns_(std::move(rank_columns)), world_(world_size) {
+  SO_CHECK(!train_columns_.empty() && train_columns_[0] == "step", "metrics: the first column must be \"step\"");
+  if (!fs::exists(path_) || !reopen(keep_through_step, attributes)) create(attributes);
+  // From here on only rows are added: readers may follow the file.
+  SO_CHECK_HDF5(H5Fstart_swmr_write(file_.get()), "switching " << path_ << " to SWMR writing");
+  open_datasets();
+}
+
+MetricsFile::~MetricsFile() {
+  train_sets_.clear();
+  rank_sets_.clear();
+  if (file_.get() >= 0) H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+}
+
+void MetricsFile::create(const std::map<std::string, std::string>& attributes) {
+  const auto parent = fs::path(path_).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+  const auto access = file_access();
+  file_ = Hdf5Handle(SO_CHECK_HDF5(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "creating " << path_),
+                     H5Fclose);
+  for (const auto& column : train_columns_) create_series(file_.get(), "train/" + column, 0);
+  for (const auto& column : rank_columns_) create_series(file_.get(), "ranks/" + column, static_cast<hsize_t>(world_));
+  for (const auto& [name, value] : attributes) set_string_attribute(file_.get(), name, value);
+  rows_ = 0;
+}
+
+namespace {
+
+// Every column of an existing metrics file (rows as stored), or false when it cannot be read
+// or lacks a column. A run killed while writing leaves the file marked as open for SWMR
+// writing, which HDF5 refuses to reopen for writing; reading it in SWMR mode still works.
+bool read_columns(const std::string& path, const std::vector<std::string>& names, std::vector<std::vector<double>>& out) {
+  const auto access = file_access();
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, access.get());
+  if (id < 0) id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) {
+    detail::describe_hdf5_error_stack();  // clears it; the caller sets the file aside
+    return false;
+  }
+  const Hdf5Handle file(id, H5Fclose);
+  for (const auto& name : names) {
+    if (H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0) return false;
+    const Hdf5Handle set(SO_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), name), H5Dclose);
+    const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set.get()), name), H5Sclose);
+    hsize_t dims[2] = {0, 1};
+    SO_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims, nullptr), name);
+    std::vector<double> values(static_cast<size_t>(dims[0] * std::max<hsize_t>(dims[1], 1)));
+    if (!values.empty()) {
+      SO_CHECK_HDF5(H5Dread(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), name);
+    }
+    out.push_back(std::move(values));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool MetricsFile::reopen(int64_t keep_through_step, const std::map<std::string, std::string>& attributes) {
+  std::vector<std::string> names;
+  for (const auto& column : train_columns_) names.push_back("train/" + column);
+  for (const auto& column : rank_columns_) names.push_back("ranks/" + column);
+  std::vector<std::vector<double>> columns;
+  const bool same_layout = read_columns(path_, names, columns) &&
+                           columns[train_columns_.size()].size() == columns[0].size() * static_cast<size_t>(world_);
+  if (!same_layout) {
+    // Another layout, another world size, or unreadable: kept under another name.
+    const auto stamp = std::chrono::system_clock::now().time_since_epoch() / std::chrono::seconds(1);
+    fs::rename(path_, path_ + "." + std::to_string(stamp) + ".old");
+    return false;
+  }
+  // The rows up to the resumed step (a run cut off after its checkpoint wrote more) go into a
+  // fresh file, which then replaces the old one.
+  size_t keep = 0;
+  while (keep < columns[0].size() && columns[0][keep] <= static_cast<double>(keep_through_step)) ++keep;
+  const std::string final_path = path_;
+  path_ += ".tmp";
+  create(attributes);
+  open_datasets();
+  const size_t train = train_columns_.size(), world = static_cast<size_t>(world_);
+  for (size_t row = 0; row < keep; ++row) {
+    std::vector<double> train_row, rank_values;
+    for (size_t c = 0; c < train; ++c) train_row.push_back(columns[c][row]);
+    for (size_t c = train; c < columns.size(); ++c) {
+      rank_values.insert(rank_values.end(), columns[c].begin() + static_cast<std::ptrdiff_t>(row * world),
+                         columns[c].begin() + static_cast<std::ptrdiff_t>((row + 1) * world));
+    }
+    append(train_row, rank_values);
+  }
+  train_sets_.clear();
+  rank_sets_.clear();
+  flush();
+  fs::rename(path_, final_path);
+  path_ = final_path;
+  return true;
+}
+
+void MetricsFile::open_datasets() {
+  for (const auto& column : train_columns_) {
+    train_sets_.emplace_back(SO_CHECK_HDF5(H5Dopen2(file_.get(), ("train/" + column).c_str(), H5P_DEFAULT), column), H5Dclose);
+  }
+  for (const auto& column : rank_columns_) {
+    rank_sets_.emplace_back(SO_CHECK_HDF5(H5Dopen2(file_.get(), ("ranks/" + column).c_str(), H5P_DEFAULT), column), H5Dclose);
+  }
+}
+
+void MetricsFile::append(const std::vector<double>& train_row, const std::vector<double>& rank_values) {
+  SO_CHECK(train_row.size() == train_columns_.size() &&
+               rank_values.size() == rank_columns_.size() * static_cast<size_t>(world_),
+           "metrics: a row has the wrong number of values");
+  const auto row = static_cast<hsize_t>(rows_);
+  for (size_t c = 0; c < train_sets_.size(); ++c) append_row(train_sets_[c].get(), row, &train_row[c], 0);
+  for (size_t c = 0; c < rank_sets_.size(); ++c) {
+    append_row(rank_sets_[c].get(), row, &rank_values[c * static_cast<size_t>(world_)], static_cast<hsize_t>(world_));
+  }
+  ++rows_;
+}
+
+void MetricsFile::flush() { SO_CHECK_HDF5(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "flushing " << path_); }
+
+}  // namespace superoffload::io

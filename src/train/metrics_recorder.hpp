@@ -1,0 +1,48 @@
+// Feeds <output_dir>/metrics.h5: every rank's step and phase times are gathered to rank 0,
+// which appends one row per step (see io/metrics_file.hpp) and flushes every
+// [metrics] flush_every_steps steps so readers see the run as it goes.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+#include "offload/offload_optimizer.hpp"
+#include "zero/engine.hpp"
+
+namespace superoffload::io {
+class MetricsFile;
+}
+namespace superoffload::runtime {
+class MpiWorld;
+}
+
+namespace superoffload::train {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the step just completed
+  double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  bool skipped = false;
+  int64_t rollbacks = 0;
+  zero::PhaseTimes engine;
+  offload::OffloadTimes offload;
+  int64_t peak_gathered_elements = 0;
+};
+
+class MetricsRecorder {
+ public:
+  // Collective. `keep_through_step`: the step a resumed run starts from.
+  MetricsRecorder(const config::Config& config, const runtime::MpiWorld& world, int64_t keep_through_step,
+                  const std::map<std::string, std::string>& attributes);
+  ~MetricsRecorder();
+  // Collective (a gather of per-rank times).
+  void record(const StepRecord& record);
+
+ private:
+  const config::Config& config_;
+  const runtime::MpiWorld& world_;
+  std::unique_ptr<io::MetricsFile> file_;  // rank 0
+};
+
+}  // namespace superoffload::train
