@@ -23,8 +23,8 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_eval_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_plugins_command(CLI::App& app, const GlobalOptions& globals, Run& run);
-// export and inspect: their options are defined; their bodies land with later work.
-void add_pending_commands(CLI::App& app, const GlobalOptions& globals, Run& run);
+void add_export_command(CLI::App& app, const GlobalOptions& globals, Run& run);
+void add_inspect_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 
 // Adds CONFIG, --set and --deepspeed-config to a subcommand.
 void add_config_options(CLI::App& command, ConfigOptions& options, bool config_required);

@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   so::app::add_train_command(app, globals, run);
   so::app::add_prepare_command(app, globals, run);
   so::app::add_eval_command(app, globals, run);
-  so::app::add_pending_commands(app, globals, run);
+  so::app::add_export_command(app, globals, run);
+  so::app::add_inspect_command(app, globals, run);
   so::app::add_plugins_command(app, globals, run);
   so::app::add_config_command(app, globals, run);
   so::app::add_version_command(app, globals, run);

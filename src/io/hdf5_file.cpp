@@ -15,6 +15,16 @@ Hdf5File Hdf5File::open_read(const std::string& path) {
   return file;
 }
 
+Hdf5File Hdf5File::open_read_swmr(const std::string& path) {
+  Hdf5File file;
+  file.path_ = path;
+  const Hdf5Handle access(SO_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), "file access properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "file format bounds");
+  file.file_ = Hdf5Handle(
+      SO_CHECK_HDF5(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, access.get()), "opening " << path), H5Fclose);
+  return file;
+}
+
 Hdf5File Hdf5File::create(const std::string& path) {
   Hdf5File file;
   file.path_ = path;
@@ -68,6 +78,11 @@ Array<int64_t> Hdf5File::read_int64(const std::string& dataset) const {
 Array<float> Hdf5File::read_float(const std::string& dataset) const {
   const auto set = open_dataset(dataset);
   return read_all<float>(*this, set.get(), H5T_NATIVE_FLOAT, dataset, shape(dataset));
+}
+
+Array<double> Hdf5File::read_double(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  return read_all<double>(*this, set.get(), H5T_NATIVE_DOUBLE, dataset, shape(dataset));
 }
 
 Array<uint32_t> Hdf5File::read_uint32(const std::string& dataset) const {

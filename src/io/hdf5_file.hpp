@@ -45,6 +45,8 @@ struct Array {
 class Hdf5File {
  public:
   static Hdf5File open_read(const std::string& path);
+  // Read-only while another process may be appending in SWMR mode (metrics.h5).
+  static Hdf5File open_read_swmr(const std::string& path);
   // Creates (or truncates) `path`.
   static Hdf5File create(const std::string& path);
 
@@ -54,6 +56,7 @@ class Hdf5File {
   // Values are converted by HDF5 from the stored integer / float type.
   Array<int64_t> read_int64(const std::string& dataset) const;
   Array<float> read_float(const std::string& dataset) const;
+  Array<double> read_double(const std::string& dataset) const;
   Array<uint32_t> read_uint32(const std::string& dataset) const;
   Array<uint8_t> read_uint8(const std::string& dataset) const;
   // `count` values from `offset` of a 1-D float dataset (HDF5 verifies the checksum of every

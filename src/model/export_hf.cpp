@@ -33,11 +33,13 @@ void export_hf(const CausalLM& model, const std::string& source_dir, const std::
   }
 
   ShardedSafetensorsWriter writer(directory, options.max_shard_bytes);
-  for (const auto& layer : model.layers()) {
-    for (const auto& [name, parameter] : layer->hf_parameters()) {
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    if (options.before_layer) options.before_layer(i);
+    for (const auto& [name, parameter] : model.layers()[i]->hf_parameters()) {
       const auto tensor = parameter.detach().to(at::kCPU, dtype).contiguous();
       writer.add({name, dtype_of(dtype), tensor.sizes().vec(), tensor.data_ptr()});
     }
+    if (options.after_layer) options.after_layer(i);
   }
   writer.finish();
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "model/causal_lm.hpp"
@@ -13,6 +14,9 @@ namespace superoffload::model {
 struct ExportOptions {
   std::string dtype = "bf16";  // "bf16" | "fp32"
   size_t max_shard_bytes = 5'000'000'000;
+  // Streaming from elsewhere (a checkpoint): fill layer i just before it is written, and let
+  // it go right after, so only one layer's values are held at a time.
+  std::function<void(size_t)> before_layer, after_layer;
 };
 
 // `source_dir` provides config.json and tokenizer files. The directory is written in place;

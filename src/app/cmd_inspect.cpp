@@ -1,0 +1,130 @@
+// `superoffload inspect PATH`: a summary of a metrics.h5 file (steps, loss, throughput, the
+// phase breakdown, the slowest rank) or of a checkpoint (step, world size, layers, sizes,
+// with every file's checksum verified). PATH may also be an output directory or its
+// checkpoints/ folder: then its metrics and its newest complete checkpoint are shown.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "app/commands.hpp"
+#include "io/checkpoint_files.hpp"
+#include "io/hdf5_file.hpp"
+#include "runtime/error.hpp"
+#include "runtime/mpi_world.hpp"
+
+namespace superoffload::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+double mean(const std::vector<double>& v, size_t from = 0) {
+  if (v.size() <= from) return 0;
+  return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(from), v.end(), 0.0) / static_cast<double>(v.size() - from);
+}
+
+void inspect_metrics(const fs::path& path) {
+  const auto file = io::Hdf5File::open_read_swmr(path.string());
+  SO_CHECK(file.has("train/step"), path.string() << " is not a superoffload metrics file (no /train/step)");
+  auto series = [&](const char* name) { return file.read_double(std::string("train/") + name).values; };
+  const auto steps = series("step");
+  std::printf("metrics %s\n", path.string().c_str());
+  if (steps.empty()) {
+    std::printf("  no steps recorded yet\n");
+    return;
+  }
+  const auto loss = series("loss"), step_time = series("step_time_s"), tokens = series("tokens_per_s"),
+             tflops = series("tflops"), skipped = series("skipped"), rollbacks = series("rollbacks");
+  // The first step carries one-off costs; leave it out of the means when there are others.
+  const size_t from = steps.size() > 1 ? 1 : 0;
+  std::printf("  steps       %.0f to %.0f (%zu rows)\n", steps.front(), steps.back(), steps.size());
+  std::printf("  loss        first %.4f, last %.4f, min %.4f\n", loss.front(), loss.back(),
+              *std::min_element(loss.begin(), loss.end()));
+  std::printf("  throughput  mean step %.1f ms, %.0f tokens/s, %.3f TFLOPS per device (steps after the first)\n",
+              1000 * mean(step_time, from), mean(tokens, from), mean(tflops, from));
+  std::printf("  optimizer   %.0f skipped steps, %.0f sub-group rollbacks\n", std::accumulate(skipped.begin(), skipped.end(), 0.0),
+              std::accumulate(rollbacks.begin(), rollbacks.end(), 0.0));
+  std::printf("  phases (mean s per step):");
+  for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "d2h_s", "cpu_step_s", "device_step_s",
+                            "h2d_s", "optimizer_wait_s", "rollback_s"}) {
+    std::printf(" %s %.4f", phase, mean(series(phase), from));
+  }
+  std::printf("\n  memory      host peak RSS %.1f MB (rank 0)\n", series("host_peak_rss_bytes").back() / 1e6);
+  if (file.has("ranks/step_time_s")) {
+    const auto per_rank = file.read_double("ranks/step_time_s");
+    const size_t rows = per_rank.shape[0], world = per_rank.shape[1];
+    std::vector<double> rank_mean(world, 0.0);
+    for (size_t r = from; r < rows; ++r) {
+      for (size_t k = 0; k < world; ++k) rank_mean[k] += per_rank.values[r * world + k] / static_cast<double>(rows - from);
+    }
+    const auto slowest = std::max_element(rank_mean.begin(), rank_mean.end()) - rank_mean.begin();
+    std::printf("  ranks       %zu; slowest rank %td at %.1f ms per step, fastest %.1f ms\n", world, slowest,
+                1000 * rank_mean[static_cast<size_t>(slowest)], 1000 * *std::min_element(rank_mean.begin(), rank_mean.end()));
+  }
+}
+
+void inspect_checkpoint(const fs::path& directory, const runtime::MpiWorld& world) {
+  const auto problem = io::checkpoint_problem(directory, world.world());
+  if (world.rank() != 0) return;
+  std::printf("checkpoint %s\n", directory.string().c_str());
+  SO_CHECK(problem.empty(), problem);
+  const auto manifest = nlohmann::json::parse(std::ifstream(directory / "manifest.json"));
+  uint64_t bytes = 0;
+  for (const auto& entry : fs::directory_iterator(directory)) bytes += fs::file_size(entry.path());
+  int64_t parameters = 0;
+  for (const auto& layer : manifest.at("layers")) parameters += layer.at("numel").get<int64_t>();
+  const auto& model = manifest.at("model");
+  std::printf("  step        %lld (epoch %lld, batch %lld; %lld skipped steps)\n",
+              static_cast<long long>(manifest.at("step").get<int64_t>()),
+              static_cast<long long>(manifest.at("training").at("sampler_epoch").get<int64_t>()),
+              static_cast<long long>(manifest.at("training").at("sampler_batch").get<int64_t>()),
+              static_cast<long long>(manifest.at("training").at("skipped_steps").get<int64_t>()));
+  std::printf("  written by  %d rank(s); format %d; git %s\n", manifest.at("world_size").get<int>(),
+              manifest.at("format_version").get<int>(), manifest.value("git_revision", "?").c_str());
+  std::printf("  model       %s (%s, plugin %s %s)\n", model.value("path", "?").c_str(),
+              model.value("architecture", "?").c_str(), model.value("plugin", "?").c_str(),
+              model.value("plugin_version", "?").c_str());
+  std::printf("  state       %zu layers, %lld parameters (fp32 master + 2 moments), %.1f MB on disk\n",
+              manifest.at("layers").size(), static_cast<long long>(parameters), static_cast<double>(bytes) / 1e6);
+  std::printf("  integrity   DONE present; manifest and %d rank file(s) match their recorded sizes and CRC32\n",
+              manifest.at("world_size").get<int>());
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run) {
+  auto path = std::make_shared<std::string>();
+  auto* command = app.add_subcommand("inspect", "Summarise a metrics.h5 file or a checkpoint (checksums verified)");
+  command->add_option("path", *path, "metrics.h5, a checkpoint directory, or a run's output directory")->required();
+  command->callback([&run, path] {
+    run = [path](const runtime::MpiWorld& world) {
+      fs::path target(*path);
+      SO_CHECK(fs::exists(target), *path << " does not exist");
+      if (fs::is_regular_file(target)) {
+        if (world.rank() == 0) inspect_metrics(target);
+        return 0;
+      }
+      if (io::step_of(target) || fs::exists(target / "DONE")) {
+        inspect_checkpoint(target, world);
+        return 0;
+      }
+      // An output directory or its checkpoints/ folder.
+      const fs::path root = fs::exists(target / "checkpoints") ? target / "checkpoints" : target;
+      if (world.rank() == 0 && fs::exists(target / "metrics.h5")) inspect_metrics(target / "metrics.h5");
+      std::vector<std::string> notes;
+      const auto chosen = io::resolve_checkpoint(root, "latest", world.world(), notes);
+      if (world.rank() == 0) {
+        for (const auto& note : notes) std::printf("note: %s\n", note.c_str());
+      }
+      SO_CHECK(!chosen.empty() || fs::exists(target / "metrics.h5"),
+               "no metrics.h5 and no complete checkpoint under " << *path);
+      if (!chosen.empty()) inspect_checkpoint(chosen, world);
+      return 0;
+    };
+  });
+}
+
+}  // namespace superoffload::app
