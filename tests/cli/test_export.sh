@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `superoffload export` of a checkpoint written by 2 ranks: the safetensors hold exactly the
 # checkpoint's fp32 master weights, HF transformers loads the directory, and its logits equal
-# `superoffload eval`'s on the exported model within 1e-4; `inspect` summarises the run.
+# `superoffload eval`'s on the exported model within 1e-4; `inspect` summarises the run and
+# share/analysis/plot_metrics.py (Debian's h5py and matplotlib) draws its metrics.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
@@ -52,4 +53,9 @@ out=$("$SO_BIN" inspect "$tmp/run" 2>&1) || fail "inspect: $out"
 for expected in "steps       1 to 3" "loss        first" "step        3" "match their recorded sizes and CRC32"; do
   expect_contains "$out" "$expected" "inspect"
 done
-echo "export: checkpoint -> HF directory equal to the fp32 masters; HF logits match eval; inspect ok"
+/usr/bin/python3 share/analysis/plot_metrics.py "$tmp/run/metrics.h5" --out "$tmp/plots" > "$tmp/plots.log" 2>&1 \
+  || fail "plot_metrics.py: $(cat "$tmp/plots.log")"
+for png in loss throughput phases ranks; do
+  [[ $(head -c 8 "$tmp/plots/$png.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "$png.png is not a PNG"
+done
+echo "export: checkpoint -> HF directory equal to the fp32 masters; HF logits match eval; inspect and plots ok"
