@@ -4,6 +4,8 @@
 #   MODE=superoffload (default): CPU AdamW speculated during backward, `ratio` of it on the CPU
 #   MODE=zerooffload: the ZeRO-Offload baseline, whole optimizer on the CPU after backward
 # Extra arguments go to `superoffload train` (e.g. --set model.path=/scratch/models/...).
+# Preemption (jobscripts/lib/preemptible.sh): a warning signal ends in a checkpoint and a
+# requeue; the requeued job resumes from its latest checkpoint.
 set -euo pipefail
 model=$1
 shift
@@ -24,9 +26,12 @@ export OMP_NUM_THREADS=1
 export HDF5_USE_FILE_LOCKING=FALSE
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
+# The job id stays the same across requeues, so a requeued job finds its own checkpoints.
 output=runs/$model-$mode-${SLURM_JOB_ID:-local}
 echo "superoffload: $model ($mode) on ${SLURM_NNODES:-1} node(s), ${SLURM_NTASKS:-1} rank(s); output $output"
 # --cpu-bind=cores: each rank keeps the cores Slurm gave it (its GH200's Grace cores);
 # superoffload keeps a launcher's binding and runs the CPU AdamW on cpuadam_cores_perc of them.
-srun --mpi=pmix --cpu-bind=cores build/bin/superoffload train "$config" \
+# shellcheck source=jobscripts/lib/preemptible.sh
+source jobscripts/lib/preemptible.sh
+run_preemptible srun --mpi=pmix --cpu-bind=cores build/bin/superoffload train "$config" \
   --set training.output_dir="$output" "${mode_args[@]}" "$@"

@@ -5,6 +5,7 @@
 #include "app/commands.hpp"
 #include "runtime/mpi_world.hpp"
 #include "runtime/error.hpp"
+#include "runtime/stop_request.hpp"
 #include "train/trainer.hpp"
 
 namespace superoffload::app {
@@ -24,6 +25,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
     const bool resume_requested = resume->count() > 0;
     if (resume_requested && options->resume.empty()) options->resume = "latest";
     run = [&globals, options, resume_requested](const runtime::MpiWorld& world) {
+      runtime::install_stop_handlers();
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
@@ -35,8 +37,9 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         for (const auto& line : report.table) SO_LOG(info) << line;
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
       }
-      train::run_training(cfg, world, binding, resume_requested ? options->resume : std::string());
-      return 0;
+      const auto summary = train::run_training(cfg, world, binding, resume_requested ? options->resume : std::string());
+      // Preempted after a checkpoint: a distinct code the jobscripts answer with a requeue.
+      return summary.stop_signal != 0 ? runtime::kExitPreempted : 0;
     };
   });
 }

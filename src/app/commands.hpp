@@ -21,6 +21,7 @@ void add_version_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_config_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run);
+void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_eval_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_plugins_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_export_command(CLI::App& app, const GlobalOptions& globals, Run& run);

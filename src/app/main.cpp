@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   so::app::Run run;
   so::app::add_train_command(app, globals, run);
   so::app::add_prepare_command(app, globals, run);
+  so::app::add_plan_command(app, globals, run);
   so::app::add_eval_command(app, globals, run);
   so::app::add_export_command(app, globals, run);
   so::app::add_inspect_command(app, globals, run);

@@ -109,6 +109,7 @@ struct RuntimeConfig {
   std::string bind = "auto";          // "auto" | "none"
   double peak_tflops = 0.0;           // 0: from the GPU model
   double collective_timeout_s = 600.0;
+  bool check_memory = true;
 };
 
 struct Config {

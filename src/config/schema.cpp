@@ -210,8 +210,10 @@ std::vector<Section> build_schema() {
           "Peak dense TFLOPS per device for MFU; 0: from the GPU model (H100/GH200 bf16).")
         .at_least(0);
     b.add("collective_timeout_s", &RuntimeConfig::collective_timeout_s,
-          "End the job when a collective makes no progress for this long.")
+          "End the job when a rank makes no progress (a step, a collective, a checkpoint save) for this long.")
         .above(0);
+    b.add("check_memory", &RuntimeConfig::check_memory,
+          "Estimate the memory the run needs before allocating and refuse one that cannot fit this node.");
   }
   return s;
 }

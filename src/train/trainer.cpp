@@ -7,6 +7,7 @@
 #include <optional>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "data/sampler.hpp"
@@ -19,9 +20,12 @@
 #include "runtime/error.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
+#include "runtime/stop_request.hpp"
+#include "runtime/watchdog.hpp"
 #include "runtime/timer.hpp"
 #include "train/checkpointing.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/memory_plan.hpp"
 #include "train/metrics_recorder.hpp"
 #include "train/throughput.hpp"
 #include "zero/communicator_factory.hpp"
@@ -72,6 +76,33 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const runtime:
   return arrays;
 }
 
+// Refuses, before anything is allocated, a run whose host memory need exceeds what this node
+// has, with the numbers and the settings that would make it fit.
+void check_memory_fits(const config::Config& cfg, const runtime::MpiWorld& world, bool on_gpu) {
+  const auto size = model_size_from_config(cfg.model.path);
+  const auto plan = plan_memory(size, cfg, world.size(), on_gpu);
+  const double available = available_host_bytes();
+  const double needed = plan.host_total() * world.local_size();
+  if (world.rank() == 0) {
+    for (const auto& line : describe_plan(size, plan, world.local_size(), 0, available)) SO_LOG(info) << "memory: " << line;
+  }
+  if (available <= 0 || needed <= 0.95 * available) return;
+  // The smallest world (same ranks per node) that would fit.
+  int ranks = world.size();
+  while (ranks < (1 << 16) && plan_memory(size, cfg, ranks, on_gpu).host_total() * world.local_size() > 0.95 * available) ranks *= 2;
+  std::ostringstream message;
+  message.precision(3);
+  message << "this run needs about " << needed / 1e9 << " GB of host memory on this node (" << world.local_size()
+          << " rank(s) x " << plan.host_total() / 1e9 << " GB) and the node has " << available / 1e9
+          << " GB available: it would be killed by the out-of-memory killer";
+  std::ostringstream fix;
+  fix << "run on about " << (ranks + world.local_size() - 1) / world.local_size() << " node(s) of this size ("
+      << ranks << " ranks), or lower [training] train_micro_batch_size_per_gpu / [data] seq_len"
+      << (on_gpu ? ", or lower [offload] ratio to keep more of the optimizer on the GPUs" : "")
+      << "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
+  SO_FAIL(message.str() << hint(fix.str()));
+}
+
 }  // namespace
 
 TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding,
@@ -80,6 +111,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   const int rank = world.rank(), size = world.size();
   const at::Device device = choose_device(cfg.runtime, binding);
 
+  if (cfg.runtime.check_memory) check_memory_fits(cfg, world, device.is_cuda());
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
                                   /*defer=*/true);
   const auto shape = loaded.model->shape();
@@ -193,8 +225,11 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   int64_t timed_steps = 0;
   const double start_s = now_s();
   const auto seq = cfg.data.seq_len;
+  // From here on every rank reports progress; a rank stuck past collective_timeout_s ends the job.
+  runtime::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
   for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
+    watchdog.progress("step " + std::to_string(step + 1) + ": data, forward and backward (all-gathers, reduce-scatters)");
     const auto micro_batches = sampler.next();
     std::vector<std::pair<at::Tensor, at::Tensor>> batches;
     double tokens = 0;
@@ -222,6 +257,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     }
     communicator->all_reduce(sums, 2, comm::DataType::f64, comm::ReduceOp::sum)->wait();
     const double loss = sums[0] / std::max(1.0, tokens);
+    watchdog.progress("step " + std::to_string(step + 1) + ": optimizer step (gradient-norm all-reduce)");
     double norm = 0;
     bool finite = true;
     int64_t rollbacks = 0;
@@ -292,12 +328,27 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     }
     engine.reset_times();
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
+      watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
       checkpoints.save({step + 1, sampler.position(), summary.skipped_steps});
     }
+    watchdog.progress("step " + std::to_string(step + 1) + ": agreeing on stop signals");
+    // Preemption: the ranks agree at the step boundary, save together and stop.
+    if (step + 1 < total_steps && (summary.stop_signal = runtime::agreed_stop_signal(world.world())) != 0) {
+      if (rank == 0) {
+        SO_LOG(warning) << "signal " << summary.stop_signal << " (" << strsignal(summary.stop_signal)
+                        << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
+      }
+      checkpoints.save({step + 1, sampler.position(), summary.skipped_steps});
+      summary.steps = step + 1;
+      break;
+    }
   }
-  // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).
-  if (cfg.checkpoint.save_on_exit) checkpoints.save({total_steps, sampler.position(), summary.skipped_steps});
-  summary.steps = total_steps;
+  if (summary.stop_signal == 0) {
+    summary.steps = total_steps;
+    // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).
+    watchdog.progress("saving the final checkpoint");
+    if (cfg.checkpoint.save_on_exit) checkpoints.save({total_steps, sampler.position(), summary.skipped_steps});
+  }
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
   if (summary.mean_step_s > 0) {
     summary.tokens_per_s = static_cast<double>(t.train_batch_size * seq) / summary.mean_step_s;

@@ -23,6 +23,7 @@ struct TrainSummary {
   double tokens_per_s = 0;
   double tflops = 0;        // per device
   int64_t skipped_steps = 0;
+  int stop_signal = 0;      // the run stopped early on this signal, after a checkpoint
 };
 
 // `resume`: "" (start fresh, unless [checkpoint] auto_resume finds `latest`), "latest" or a

@@ -40,7 +40,7 @@ PY
 
 for data in "$tmp/two.h5" "$tmp/alpaca.jsonl"; do
   out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set data.path="$data" --set data.seq_len=255 \
-        --set training.output_dir="$tmp/run" --set training.max_steps=3 2>&1) || fail "train on $data: $out"
+        --set training.output_dir="$tmp/run-$(basename "$data")" --set training.max_steps=3 2>&1) || fail "train on $data: $out"
   expect_contains "$out" "Step 3/3 | Loss" "training on $data"
 done
 expect_contains "$out" "300 alpaca records" "JSONL tokenized at start-up"
