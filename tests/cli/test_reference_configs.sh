@@ -25,6 +25,15 @@ for config in configs/reference-models/*.toml; do
 done
 ((count == 7)) || fail "expected the 7 reference models, found $count"
 bash -n jobscripts/lib/run-reference.sh || fail "run-reference.sh has a syntax error"
+# Every jobscript is preemptible and requeueable, and launches through srun --mpi=pmix.
+for script in jobscripts/*.sbatch; do
+  bash -n "$script" || fail "$script has a syntax error"
+  for directive in "--signal=B:USR1@" "--requeue" "--cpus-per-task=" "--nodes=" "--ntasks-per-node="; do
+    grep -q -- "#SBATCH $directive" "$script" || fail "$script lacks #SBATCH $directive"
+  done
+done
+grep -q "srun --mpi=pmix" jobscripts/lib/run-reference.sh jobscripts/tiny-cpu.sbatch || fail "no srun --mpi=pmix launch"
+grep -q "#SBATCH --nodes=2" jobscripts/llama-3.3-70b-2nodes.sbatch || fail "no multi-node example"
 out=$(SLURM_SUBMIT_DIR=$PWD MODE=bogus bash jobscripts/lib/run-reference.sh phi-4 2>&1) && fail "MODE=bogus accepted"
 expect_contains "$out" "use superoffload or zerooffload" "bad MODE message"
 echo "reference configs: $count models validate in both modes"
