@@ -163,18 +163,19 @@ Hdf5Handle string_type(size_t size) {
 
 }  // namespace
 
-void Hdf5File::set_attribute(const std::string& name, const std::string& value) {
-  if (H5Aexists(file_.get(), name.c_str()) > 0) {
-    SO_CHECK_HDF5(H5Adelete(file_.get(), name.c_str()), "replacing attribute " << name << " of " << path_);
-  }
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
+  if (H5Aexists(object, name.c_str()) > 0) SO_CHECK_HDF5(H5Adelete(object, name.c_str()), "replacing attribute " << name);
   const auto type = string_type(value.size());
   const Hdf5Handle space(SO_CHECK_HDF5(H5Screate(H5S_SCALAR), "attribute space"), H5Sclose);
-  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Acreate2(file_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                                                      H5P_DEFAULT),
-                                           "creating attribute " << name << " of " << path_),
-                             H5Aclose);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  SO_CHECK_HDF5(H5Awrite(attribute.get(), type.get(), padded.data()), "writing attribute " << name << " of " << path_);
+  const Hdf5Handle attribute(
+      SO_CHECK_HDF5(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "attribute " << name),
+      H5Aclose);
+  const std::string stored = value.empty() ? std::string(1, '\0') : value;
+  SO_CHECK_HDF5(H5Awrite(attribute.get(), type.get(), stored.data()), "writing attribute " << name);
+}
+
+void Hdf5File::set_attribute(const std::string& name, const std::string& value) {
+  write_string_attribute(file_.get(), name, value);
 }
 
 bool Hdf5File::has_attribute(const std::string& name) const { return H5Aexists(file_.get(), name.c_str()) > 0; }

@@ -42,6 +42,9 @@ struct Array {
   std::vector<T> values;  // row-major
 };
 
+// Writes (or replaces) a UTF-8 string attribute of an HDF5 object (file, group, dataset).
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
+
 class Hdf5File {
  public:
   static Hdf5File open_read(const std::string& path);

@@ -23,20 +23,6 @@ Hdf5Handle file_access() {
   return access;
 }
 
-void set_string_attribute(hid_t file, const std::string& name, const std::string& value) {
-  if (H5Aexists(file, name.c_str()) > 0) SO_CHECK_HDF5(H5Adelete(file, name.c_str()), "replacing attribute " << name);
-  const Hdf5Handle type(SO_CHECK_HDF5(H5Tcopy(H5T_C_S1), "string type"), H5Tclose);
-  SO_CHECK_HDF5(H5Tset_size(type.get(), std::max<size_t>(1, value.size())), "string size");
-  SO_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8), "string charset");
-  SO_CHECK_HDF5(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "string padding");
-  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate(H5S_SCALAR), "attribute space"), H5Sclose);
-  const Hdf5Handle attribute(
-      SO_CHECK_HDF5(H5Acreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "attribute " << name),
-      H5Aclose);
-  const std::string stored = value.empty() ? std::string(1, '\0') : value;
-  SO_CHECK_HDF5(H5Awrite(attribute.get(), type.get(), stored.data()), "writing attribute " << name);
-}
-
 // An extendible float64 dataset of `columns` values per row (1-D when columns is 0).
 void create_series(hid_t file, const std::string& name, hsize_t columns) {
   const int rank = columns == 0 ? 1 : 2;
@@ -96,7 +82,7 @@ void MetricsFile::create(const std::map<std::string, std::string>& attributes) {
                      H5Fclose);
   for (const auto& column : train_columns_) create_series(file_.get(), "train/" + column, 0);
   for (const auto& column : rank_columns_) create_series(file_.get(), "ranks/" + column, static_cast<hsize_t>(world_));
-  for (const auto& [name, value] : attributes) set_string_attribute(file_.get(), name, value);
+  for (const auto& [name, value] : attributes) write_string_attribute(file_.get(), name, value);
   rows_ = 0;
 }
 
