@@ -15,7 +15,8 @@ slurm_start() {
   munged --socket="$SLURM_DIR/munge.socket" --key-file="$SLURM_DIR/munge.key" \
     --pid-file="$SLURM_DIR/munged.pid" --log-file="$SLURM_DIR/log/munged.log" \
     --seed-file="$SLURM_DIR/munge.seed" --force || return 1
-  # Free ports on loopback for the two daemons.
+  # Free ports on loopback for the two daemons. (CPUs below come from getconf, not nproc:
+  # nproc honours OMP_NUM_THREADS, which the test environment sets to 1.)
   local ports
   ports=$(python3 -c 'import socket
 s = [socket.socket() for _ in range(2)]
@@ -49,7 +50,7 @@ JobRequeue=1
 KillWait=10
 MinJobAge=3600
 InactiveLimit=0
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(getconf _NPROCESSORS_ONLN) RealMemory=1000 State=UNKNOWN
 PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
   export SLURM_CONF=$SLURM_DIR/slurm.conf
@@ -76,6 +77,8 @@ slurm_stop() {
     pid=$(cat "$SLURM_DIR/$name.pid" 2>/dev/null) || continue
     kill -KILL "$pid" 2>/dev/null
   done
+  # Anything else started from this directory (job steps, a daemon whose PID file is gone).
+  pkill -KILL -f -- "$SLURM_DIR/" 2>/dev/null
   return 0
 }
 
@@ -90,6 +93,8 @@ slurm_wait_job() {
     [[ $state =~ ^($2)$ ]] && return 0
     sleep 0.5
   done
-  echo "job $1 is '$state' after $3 s, expected $2" >&2
+  echo "job $1 is '$state' after $3 s, expected $2: $(scontrol show job "$1" 2>&1 | grep -E 'Reason|JobState')" >&2
+  echo "slurmctld: $(tail -5 "$SLURM_DIR/log/slurmctld.log" 2>&1)" >&2
+  echo "slurmd: $(tail -5 "$SLURM_DIR/log/slurmd.log" 2>&1)" >&2
   return 1
 }
