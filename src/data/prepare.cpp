@@ -94,7 +94,7 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   const double start_s = runtime::now_s();
   double last_report_s = start_s;
   while (reader.next(record)) {
-    const auto tokenized = record_tokenizer.tokenize(record, reader.where());
+    const auto tokenized = record_tokenizer.tokenize(record, [&reader] { return reader.where(); });
     local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());
     local.loss_mask.insert(local.loss_mask.end(), tokenized.loss_mask.begin(), tokenized.loss_mask.end());
     local.lengths.push_back(static_cast<int64_t>(tokenized.tokens.size()));

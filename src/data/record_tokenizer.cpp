@@ -76,16 +76,16 @@ RecordTokenizer::RecordTokenizer(const Tokenizer& tokenizer, const config::DataC
 }
 
 std::string RecordTokenizer::field(const nlohmann::json& record, const char* name, bool required,
-                                   const std::string& where) const {
+                                   const Where& where) const {
   if (!record.contains(name) || record[name].is_null()) {
-    SO_CHECK(!required, where << ": the record has no \"" << name << "\" field");
+    SO_CHECK(!required, where() << ": the record has no \"" << name << "\" field");
     return {};
   }
-  SO_CHECK(record[name].is_string(), where << ": \"" << name << "\" must be a string, not a " << record[name].type_name());
+  SO_CHECK(record[name].is_string(), where() << ": \"" << name << "\" must be a string, not a " << record[name].type_name());
   return record[name].get<std::string>();
 }
 
-TokenizedRecord RecordTokenizer::tokenize(const nlohmann::json& record, const std::string& where) const {
+TokenizedRecord RecordTokenizer::tokenize(const nlohmann::json& record, const Where& where) const {
   TokenizedRecord out;
   const auto& special = tokenizer_.special();
   const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());

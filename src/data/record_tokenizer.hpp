@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,13 @@ class RecordTokenizer {
  public:
   // Checks the templates ({instruction} and {input} placeholders) once, up front.
   RecordTokenizer(const Tokenizer& tokenizer, const config::DataConfig& data, RecordFormat format);
-  // `where` ("file:line") names the record in errors.
-  TokenizedRecord tokenize(const nlohmann::json& record, const std::string& where) const;
+  // `where` gives "file:line" for errors; it is called only when there is one (finding the
+  // line number means reading the file up to it).
+  using Where = std::function<std::string()>;
+  TokenizedRecord tokenize(const nlohmann::json& record, const Where& where) const;
 
  private:
-  std::string field(const nlohmann::json& record, const char* name, bool required, const std::string& where) const;
+  std::string field(const nlohmann::json& record, const char* name, bool required, const Where& where) const;
   const Tokenizer& tokenizer_;
   const config::DataConfig& data_;
   RecordFormat format_;

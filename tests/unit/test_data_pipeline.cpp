@@ -44,7 +44,7 @@ class DataPipeline : public ::testing::Test {
     const d::RecordTokenizer record_tokenizer(*tokenizer_, data_, format);
     d::GatheredRecords all;
     for (const auto& record : records) {
-      const auto t = record_tokenizer.tokenize(record, "test");
+      const auto t = record_tokenizer.tokenize(record, [] { return std::string("test"); });
       all.tokens.insert(all.tokens.end(), t.tokens.begin(), t.tokens.end());
       all.loss_mask.insert(all.loss_mask.end(), t.loss_mask.begin(), t.loss_mask.end());
       all.lengths.push_back(static_cast<int64_t>(t.tokens.size()));
@@ -165,7 +165,7 @@ TEST_F(DataPipeline, BadRecordsNameFileAndLine) {
   }
   const d::RecordTokenizer record_tokenizer(*tokenizer_, data_, d::RecordFormat::alpaca);
   try {
-    record_tokenizer.tokenize({{"instruction", "x"}}, "f.jsonl:7");
+    record_tokenizer.tokenize({{"instruction", "x"}}, [] { return std::string("f.jsonl:7"); });
     FAIL() << "no error for a record without output";
   } catch (const superoffload::Error& e) {
     EXPECT_NE(std::string(e.what()).find("f.jsonl:7: the record has no \"output\""), std::string::npos) << e.what();
