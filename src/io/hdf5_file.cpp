@@ -178,21 +178,4 @@ void Hdf5File::set_attribute(const std::string& name, const std::string& value) 
   write_string_attribute(file_.get(), name, value);
 }
 
-bool Hdf5File::has_attribute(const std::string& name) const { return H5Aexists(file_.get(), name.c_str()) > 0; }
-
-std::string Hdf5File::attribute(const std::string& name) const {
-  SO_CHECK(has_attribute(name), path_ << " has no attribute \"" << name << "\"");
-  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), "opening attribute " << name),
-                             H5Aclose);
-  const Hdf5Handle stored(SO_CHECK_HDF5(H5Aget_type(attribute.get()), "attribute type of " << name), H5Tclose);
-  SO_CHECK(H5Tget_class(stored.get()) == H5T_STRING && H5Tis_variable_str(stored.get()) == 0,
-           path_ << ": attribute \"" << name << "\" is not a fixed-length string");
-  const size_t size = H5Tget_size(stored.get());
-  std::string value(size, '\0');
-  const auto type = string_type(size);
-  SO_CHECK_HDF5(H5Aread(attribute.get(), type.get(), value.data()), "reading attribute " << name << " of " << path_);
-  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
-  return value;
-}
-
 }  // namespace superoffload::io

@@ -70,10 +70,8 @@ class Hdf5File {
   void write_int64(const std::string& dataset, const std::vector<hsize_t>& shape, const int64_t* values);
   void write_uint32(const std::string& dataset, const std::vector<hsize_t>& shape, const uint32_t* values);
   void write_uint8(const std::string& dataset, const std::vector<hsize_t>& shape, const uint8_t* values);
-  // String attributes of the file's root group.
+  // A string attribute of the file's root group.
   void set_attribute(const std::string& name, const std::string& value);
-  bool has_attribute(const std::string& name) const;
-  std::string attribute(const std::string& name) const;
 
  private:
   void write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type, const void* values);
