@@ -22,11 +22,12 @@ std::string layer_group(size_t layer) {
 }
 
 void write_rank_file(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
-                     const std::vector<uint8_t>& rng_state) {
+                     const std::vector<uint8_t>& rng_state, const std::function<void(const std::string&)>& progress) {
   const fs::path partial = path.string() + ".partial";
   {
     auto file = Hdf5File::create(partial.string());
     for (size_t l = 0; l < shards.size(); ++l) {
+      if (progress) progress("writing layer " + std::to_string(l + 1) + "/" + std::to_string(shards.size()));
       const auto& s = shards[l];
       const std::vector<hsize_t> shape{static_cast<hsize_t>(s.numel)};
       const auto group = layer_group(l);
@@ -39,6 +40,7 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
     file.write_int64("header", {3}, header);
     if (!rng_state.empty()) file.write_uint8("rng_state", {rng_state.size()}, rng_state.data());
   }
+  if (progress) progress("syncing " + path.filename().string());
   sync_path(partial);
   fs::rename(partial, path);
 }
@@ -47,7 +49,7 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
 
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
-                           MPI_Comm comm) {
+                           MPI_Comm comm, const std::function<void(const std::string&)>& progress) {
   const double start_s = runtime::now_s();
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -74,7 +76,8 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   }
 
   const fs::path mine = result.directory / rank_file_name(rank);
-  write_rank_file(mine, step, rank, shards, rng_state);
+  write_rank_file(mine, step, rank, shards, rng_state, progress);
+  if (progress) progress("checksumming " + mine.filename().string());
   uint64_t record[2] = {static_cast<uint64_t>(fs::file_size(mine)), file_crc32(mine)};
   std::vector<uint64_t> records(static_cast<size_t>(2 * world));
   SO_CHECK_MPI(MPI_Gather(record, 2, MPI_UINT64_T, records.data(), 2, MPI_UINT64_T, 0, comm));

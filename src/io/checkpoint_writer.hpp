@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace superoffload::io {
@@ -32,9 +34,10 @@ struct SaveResult {
 };
 
 // Collective over `comm`. `manifest` (rank 0's is used) gets format_version, step and
-// world_size added. `keep_last` <= 0 keeps everything.
+// world_size added. `keep_last` <= 0 keeps everything. `progress` (optional) hears what is
+// being written, layer by layer, so a watchdog knows a long save is alive.
 SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
-                           MPI_Comm comm);
+                           MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr);
 
 }  // namespace superoffload::io

@@ -86,8 +86,11 @@ void TrainingCheckpoints::save(const TrainingPosition& position) {
   for (const auto& [name, version] : runtime::software_versions()) versions[name] = version;
   manifest["versions"] = versions;
   manifest["git_revision"] = runtime::git_revision();
+  auto progress = progress_ ? [this, step = position.step](const std::string& what) {
+    progress_("saving the checkpoint of step " + std::to_string(step) + ": " + what);
+  } : std::function<void(const std::string&)>();
   const auto result = io::save_checkpoint(root_, position.step, views, cpu_rng_state(), manifest,
-                                          config_.checkpoint.keep_last, world_.world());
+                                          config_.checkpoint.keep_last, world_.world(), progress);
   if (world_.rank() == 0) {
     if (result.already_saved) {
       SO_LOG(debug) << "checkpoint " << result.directory.string() << " exists already";

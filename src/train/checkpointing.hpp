@@ -40,6 +40,8 @@ class TrainingCheckpoints {
                       const runtime::MpiWorld& world, nlohmann::json model);
 
   std::filesystem::path root() const { return root_; }
+  // Hears what a save is doing (layer by layer), e.g. for the watchdog.
+  void on_progress(std::function<void(const std::string&)> progress) { progress_ = std::move(progress); }
   // Collective. Logs where, how big and how long on rank 0.
   void save(const TrainingPosition& position);
   // Collective. `request`: "latest" or a checkpoint directory. Restores the optimizer state
@@ -56,6 +58,7 @@ class TrainingCheckpoints {
   nlohmann::json model_;
   std::filesystem::path root_;
   int64_t global_batch_;
+  std::function<void(const std::string&)> progress_;
 };
 
 }  // namespace superoffload::train

@@ -227,6 +227,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   const auto seq = cfg.data.seq_len;
   // From here on every rank reports progress; a rank stuck past collective_timeout_s ends the job.
   runtime::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
+  checkpoints.on_progress([&watchdog](const std::string& what) { watchdog.progress(what); });
   for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
     watchdog.progress("step " + std::to_string(step + 1) + ": data, forward and backward (all-gathers, reduce-scatters)");
