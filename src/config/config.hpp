@@ -89,6 +89,7 @@ struct CheckpointConfig {
   std::int64_t keep_last = 2;
   bool save_on_exit = true;
   bool auto_resume = true;
+  bool async_save = false;
 };
 
 struct MetricsConfig {

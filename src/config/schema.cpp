@@ -179,6 +179,9 @@ std::vector<Section> build_schema() {
         .at_least(1);
     b.add("save_on_exit", &CheckpointConfig::save_on_exit, "Save at the end of training and on preemption.");
     b.add("auto_resume", &CheckpointConfig::auto_resume, "Resume from checkpoints/latest when it exists.");
+    b.add("async_save", &CheckpointConfig::async_save,
+          "Periodic saves copy the optimizer state in host memory (training pauses only for the copy) and write "
+          "it in the background; needs host memory for one more copy of the state.");
   }
   {
     SectionBuilder<MetricsConfig> b(s, "metrics", "<output_dir>/metrics.h5, written by rank 0.", &Config::metrics);

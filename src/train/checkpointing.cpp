@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
+#include <utility>
 #include <sstream>
 
 #include "config/toml_writer.hpp"
@@ -12,9 +13,11 @@
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
 #include "runtime/build_info.hpp"
+#include "runtime/check_mpi.hpp"
 #include "runtime/error.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/mpi_world.hpp"
+#include "runtime/timer.hpp"
 
 namespace superoffload::train {
 
@@ -49,16 +52,20 @@ TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::Zer
     : config_(config), engine_(engine), optimizer_(std::move(optimizer)), world_(world), model_(std::move(model)),
       root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
 
-void TrainingCheckpoints::save(const TrainingPosition& position) {
+void TrainingCheckpoints::save(const TrainingPosition& position, bool background) {
+  wait();
+  background = background && config_.checkpoint.async_save;
+  const double copy_start_s = runtime::now_s();
   auto& layers = engine_.layers();
   std::vector<zero::ShardState> states;  // keeps the host copies alive while they are written
   std::vector<io::ShardView> views;
   nlohmann::json layout = nlohmann::json::array();
   for (size_t l = 0; l < layers.size(); ++l) {
     auto s = optimizer_.export_layer(l);
-    s.master = s.master.contiguous();
-    s.exp_avg = s.exp_avg.contiguous();
-    s.exp_avg_sq = s.exp_avg_sq.contiguous();
+    // A background save needs its own copy: the optimizer's host buffers change next step.
+    s.master = background ? s.master.clone() : s.master.contiguous();
+    s.exp_avg = background ? s.exp_avg.clone() : s.exp_avg.contiguous();
+    s.exp_avg_sq = background ? s.exp_avg_sq.clone() : s.exp_avg_sq.contiguous();
     views.push_back({s.master.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
                      s.master.numel(), s.steps});
     states.push_back(std::move(s));
@@ -89,16 +96,46 @@ void TrainingCheckpoints::save(const TrainingPosition& position) {
   auto progress = progress_ ? [this, step = position.step](const std::string& what) {
     progress_("saving the checkpoint of step " + std::to_string(step) + ": " + what);
   } : std::function<void(const std::string&)>();
-  const auto result = io::save_checkpoint(root_, position.step, views, cpu_rng_state(), manifest,
-                                          config_.checkpoint.keep_last, world_.world(), progress);
-  if (world_.rank() == 0) {
+  // Runs on this thread, or on the writer thread for a background save.
+  auto write = [this, states = std::move(states), views = std::move(views), manifest = std::move(manifest),
+                step = position.step, background, copy_s = runtime::now_s() - copy_start_s, rng = cpu_rng_state(),
+                progress = std::move(progress)]() mutable {
+    const auto result = io::save_checkpoint(root_, step, views, rng, manifest, config_.checkpoint.keep_last,
+                                            background ? writer_comm_ : world_.world(),
+                                            background ? std::function<void(const std::string&)>() : progress);
+    if (world_.rank() != 0) return;
     if (result.already_saved) {
       SO_LOG(debug) << "checkpoint " << result.directory.string() << " exists already";
     } else {
       SO_LOG(info) << "checkpoint saved: " << result.directory.string() << " (" << result.bytes / 1e6 << " MB in "
-                   << result.seconds << " s, " << result.bytes / 1e9 / std::max(result.seconds, 1e-9) << " GB/s)";
+                   << result.seconds << " s, " << result.bytes / 1e9 / std::max(result.seconds, 1e-9) << " GB/s"
+                   << (background ? "; written in the background, training paused " + std::to_string(copy_s) + " s for the copy"
+                                  : std::string())
+                   << ")";
     }
+  };
+  if (!background) {
+    write();
+    return;
   }
+  if (writer_comm_ == MPI_COMM_NULL) SO_CHECK_MPI(MPI_Comm_dup(world_.world(), &writer_comm_));
+  writer_ = std::thread([this, write = std::move(write)]() mutable {
+    try {
+      write();
+    } catch (...) {
+      writer_error_ = std::current_exception();
+    }
+  });
+}
+
+void TrainingCheckpoints::wait() {
+  if (writer_.joinable()) writer_.join();
+  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+}
+
+TrainingCheckpoints::~TrainingCheckpoints() {
+  if (writer_.joinable()) writer_.join();  // an error here was already reported, or the job is ending
+  if (writer_comm_ != MPI_COMM_NULL) MPI_Comm_free(&writer_comm_);
 }
 
 void TrainingCheckpoints::check_model_matches(const nlohmann::json& manifest, const fs::path& directory) const {

@@ -3,10 +3,14 @@
 // load it (see io/checkpoint_files.hpp for the layout and the integrity rules).
 #pragma once
 
+#include <mpi.h>
+
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <exception>
 #include <optional>
+#include <thread>
 #include <string>
 
 #include "config/config.hpp"
@@ -42,8 +46,13 @@ class TrainingCheckpoints {
   std::filesystem::path root() const { return root_; }
   // Hears what a save is doing (layer by layer), e.g. for the watchdog.
   void on_progress(std::function<void(const std::string&)> progress) { progress_ = std::move(progress); }
-  // Collective. Logs where, how big and how long on rank 0.
-  void save(const TrainingPosition& position);
+  ~TrainingCheckpoints();
+  // Collective. Logs where, how big and how long on rank 0. With `background` (and [checkpoint]
+  // async_save) the state is copied and written by a writer thread while training goes on;
+  // otherwise the save is complete when this returns. A save waits for the previous one.
+  void save(const TrainingPosition& position, bool background = false);
+  // Waits for a background save; rethrows its error.
+  void wait();
   // Collective. `request`: "latest" or a checkpoint directory. Restores the optimizer state
   // (resharded when the world size differs), the RNG state and the position; nullopt when
   // "latest" finds no checkpoint. Refuses a checkpoint of another model, naming the difference.
@@ -59,6 +68,11 @@ class TrainingCheckpoints {
   std::filesystem::path root_;
   int64_t global_batch_;
   std::function<void(const std::string&)> progress_;
+  // The background writer and its own communicator (its collectives must not mix with the
+  // training thread's).
+  std::thread writer_;
+  std::exception_ptr writer_error_;
+  MPI_Comm writer_comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace superoffload::train

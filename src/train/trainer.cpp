@@ -330,7 +330,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     engine.reset_times();
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
-      checkpoints.save({step + 1, sampler.position(), summary.skipped_steps});
+      checkpoints.save({step + 1, sampler.position(), summary.skipped_steps}, /*background=*/true);
     }
     watchdog.progress("step " + std::to_string(step + 1) + ": agreeing on stop signals");
     // Preemption: the ranks agree at the step boundary, save together and stop.
@@ -344,6 +344,8 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       break;
     }
   }
+  watchdog.progress("waiting for a background checkpoint save");
+  checkpoints.wait();
   if (summary.stop_signal == 0) {
     summary.steps = total_steps;
     // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end on the tiny model (2 ranks, fp32, SuperOffload optimizer):
 #  1. a run killed with SIGKILL between checkpoints and resumed has the loss of every step
-#     equal, bit for bit, to an uninterrupted run's (metrics.h5, read by h5py while it is
-#     being written);
+#     equal, bit for bit, to an uninterrupted run's (which saved in the background), read from
+#     metrics.h5 (which h5py follows while it is being written);
 #  2. a checkpoint written by 2 ranks resumes with 1 and with 4, and the state those runs
 #     save equals the original (fp32 master, exp_avg, exp_avg_sq, element for element);
 #  3. a flipped byte, a truncated rank file, a missing DONE and a deleted rank file are each
@@ -21,7 +21,11 @@ train() {  # train RANKS OUTPUT_DIR [args...]
 }
 
 # ---- 1. SIGKILL and resume: bit-identical losses -----------------------------------------------
-train 2 "$tmp/full" > "$tmp/full.log" 2>&1 || fail "uninterrupted run: $(tail -20 "$tmp/full.log")"
+# The uninterrupted run writes its checkpoints in the background (async_save): the sections
+# below resume from, reshard and corrupt those; the killed run writes synchronously.
+train 2 "$tmp/full" --set checkpoint.async_save=true > "$tmp/full.log" 2>&1 \
+  || fail "uninterrupted run: $(tail -20 "$tmp/full.log")"
+expect_contains "$(cat "$tmp/full.log")" "written in the background, training paused" "background saves"
 
 train 2 "$tmp/killed" > "$tmp/killed.log" 2>&1 &
 launcher=$!
