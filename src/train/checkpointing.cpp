@@ -54,7 +54,8 @@ TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::Zer
 
 void TrainingCheckpoints::save(const TrainingPosition& position, bool background) {
   wait();
-  background = background && config_.checkpoint.async_save;
+  // A writer thread makes MPI calls beside the training thread's: only with MPI_THREAD_MULTIPLE.
+  background = background && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
   const double copy_start_s = runtime::now_s();
   auto& layers = engine_.layers();
   std::vector<zero::ShardState> states;  // keeps the host copies alive while they are written
