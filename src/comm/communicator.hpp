@@ -39,6 +39,11 @@ class Communicator {
   virtual std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) = 0;
   virtual void barrier() = 0;
+
+  // Blocking all-reduce of a few host values (token counts, loss sums, squared norms),
+  // whatever the backend: NCCL reduces device buffers only, so these always travel over the
+  // MPI communicator the backend was built from. avg divides the sum by the world size.
+  virtual void all_reduce_host(double* values, size_t count, ReduceOp op) = 0;
 };
 
 }  // namespace superoffload::comm

@@ -201,4 +201,16 @@ std::unique_ptr<Work> MpiCommunicator::broadcast(void* data, size_t count, DataT
 
 void MpiCommunicator::barrier() { SO_CHECK_MPI(MPI_Barrier(comm_)); }
 
+void all_reduce_host_over_mpi(MPI_Comm comm, double* values, size_t count, ReduceOp op) {
+  SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE, mpi_op(op), comm));
+  if (op != ReduceOp::avg) return;
+  int size = 1;
+  SO_CHECK_MPI(MPI_Comm_size(comm, &size));
+  for (size_t i = 0; i < count; ++i) values[i] /= size;
+}
+
+void MpiCommunicator::all_reduce_host(double* values, size_t count, ReduceOp op) {
+  all_reduce_host_over_mpi(comm_, values, count, op);
+}
+
 }  // namespace superoffload::comm

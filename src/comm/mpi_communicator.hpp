@@ -9,6 +9,9 @@
 
 namespace superoffload::comm {
 
+// Communicator::all_reduce_host on `comm`, shared by both backends.
+void all_reduce_host_over_mpi(MPI_Comm comm, double* values, size_t count, ReduceOp op);
+
 class MpiCommunicator : public Communicator {
  public:
   // Uses a duplicate of `comm`, so its traffic never matches anyone else's.
@@ -25,6 +28,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) override;
   void barrier() override;
+  void all_reduce_host(double* values, size_t count, ReduceOp op) override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -1,6 +1,7 @@
 // NCCL backend.
 #include "comm/nccl_communicator.hpp"
 
+#include "comm/mpi_communicator.hpp"
 #include "runtime/check_cuda.hpp"
 #include "runtime/check_mpi.hpp"
 
@@ -59,6 +60,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::function<
   ncclUniqueId id{};
   if (rank_ == 0) SO_CHECK_NCCL(ncclGetUniqueId(&id));
   SO_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm));
+  SO_CHECK_MPI(MPI_Comm_dup(mpi_comm, &host_comm_));
   SO_CHECK_CUDA(cudaSetDevice(device_));
   SO_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
   SO_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -67,6 +69,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::function<
 NcclCommunicator::~NcclCommunicator() {
   if (comm_) ncclCommDestroy(comm_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (host_comm_ != MPI_COMM_NULL) MPI_Comm_free(&host_comm_);
 }
 
 std::unique_ptr<Work> NcclCommunicator::run(const std::function<void(cudaStream_t)>& launch) {
@@ -111,6 +114,10 @@ void NcclCommunicator::barrier() {
   SO_CHECK_NCCL(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, stream_));
   SO_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
   SO_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void NcclCommunicator::all_reduce_host(double* values, size_t count, ReduceOp op) {
+  all_reduce_host_over_mpi(host_comm_, values, count, op);
 }
 
 }  // namespace superoffload::comm

@@ -32,12 +32,14 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) override;
   void barrier() override;
+  void all_reduce_host(double* values, size_t count, ReduceOp op) override;
 
  private:
   // Makes the communication stream wait for the compute stream; returns a Work that makes
   // the compute stream wait for what is enqueued after this call once `launch` ran.
   std::unique_ptr<Work> run(const std::function<void(cudaStream_t)>& launch);
 
+  MPI_Comm host_comm_ = MPI_COMM_NULL;  // a duplicate of mpi_comm, for all_reduce_host
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int device_ = 0, rank_ = 0, size_ = 1;

@@ -245,7 +245,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       batches.emplace_back(inputs.to(device), labels.to(device));
     }
     // Every token of the global batch weighs the same: 1 / (tokens over all ranks).
-    communicator->all_reduce(&tokens, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+    communicator->all_reduce_host(&tokens, 1, comm::ReduceOp::sum);
     engine.zero_grad();
     const double lr = schedule.at(step);
     if (offloaded) offloaded->begin_step(lr);
@@ -256,7 +256,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
       sums[0] += r.loss_sum;
       sums[1] += r.aux_loss;
     }
-    communicator->all_reduce(sums, 2, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+    communicator->all_reduce_host(sums, 2, comm::ReduceOp::sum);
     const double loss = sums[0] / std::max(1.0, tokens);
     watchdog.progress("step " + std::to_string(step + 1) + ": optimizer step (gradient-norm all-reduce)");
     double norm = 0;

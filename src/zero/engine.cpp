@@ -82,7 +82,7 @@ void ZeroEngine::zero_grad() {
 double ZeroEngine::global_grad_norm() {
   double squares = 0;
   for (auto& layer : layers_) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
-  comm_.all_reduce(&squares, 1, comm::DataType::f64, comm::ReduceOp::sum)->wait();
+  comm_.all_reduce_host(&squares, 1, comm::ReduceOp::sum);
   return std::sqrt(squares);
 }
 

@@ -6,8 +6,12 @@
 //   - synchronous mode with every sub-group on the CPU equals the reference sharded AdamW
 //     within 1e-6 (the SIMD kernel inside real training);
 //   - CPU steps of sub-groups finish before backward ends (overlap).
+// With --device cuda the engine (and the 1 - ratio share stepped on the device) runs on each
+// rank's GPU with NCCL, so gradients go device -> host and parameters back; without a GPU
+// that run exits 77, which CTest reports as skipped.
 #include <ATen/Parallel.h>
 #include <mpi.h>
+#include <torch/cuda.h>
 
 #include <cmath>
 #include <cstdio>
@@ -38,12 +42,13 @@ struct Run {
 
 enum class Mode { speculative, synchronous, reference };
 
-Run train(const std::string& dir, Mode mode, double ratio, MPI_Comm world) {
-  auto comm = so::zero::make_communicator("auto", at::kCPU, world);
+Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MPI_Comm world) {
+  auto comm = so::zero::make_communicator("auto", device, world);
   auto loaded = so::model::load_model(dir, "auto", "random", 42);
   so::zero::EngineOptions options;
   options.compute_dtype = at::kFloat;
   options.persistence_threshold = 0;
+  options.device = device;
   so::zero::ZeroEngine engine(loaded.model, *comm, options);
   std::optional<so::offload::OffloadOptimizer> offload;
   std::optional<so::zero::ShardedAdamW> reference;
@@ -76,7 +81,7 @@ Run train(const std::string& dir, Mode mode, double ratio, MPI_Comm world) {
     if (offload) offload->begin_step(kLr);
     for (int m = 0; m < kAccumulation; ++m) {
       const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * kMicro;
-      engine.forward_backward(tokens.narrow(0, first, kMicro), labels.narrow(0, first, kMicro), 1.0 / total,
+      engine.forward_backward(tokens.narrow(0, first, kMicro).to(device), labels.narrow(0, first, kMicro).to(device), 1.0 / total,
                               1.0 / (kAccumulation * world_size), m + 1 == kAccumulation);
     }
     if (offload) {
@@ -97,7 +102,7 @@ Run train(const std::string& dir, Mode mode, double ratio, MPI_Comm world) {
     }
   }
   for (size_t l = 0; l < engine.layers().size(); ++l) {
-    run.masters.push_back(offload ? offload->master(l) : reference->master(l).clone());
+    run.masters.push_back(offload ? offload->master(l) : reference->master(l).to(at::kCPU, false, /*copy=*/true));
   }
   return run;
 }
@@ -119,6 +124,18 @@ int main(int argc, char** argv) {
   world.emplace(&argc, &argv);
   at::set_num_threads(1);
   const int rank = world->rank();
+  at::Device device = at::kCPU;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--device") device = at::Device(argv[i + 1]);
+  }
+  if (device.is_cuda()) {
+    if (!torch::cuda::is_available()) {
+      if (rank == 0) std::printf("SKIPPED: --device cuda, but no CUDA device is visible\n");
+      world.reset();
+      return 77;
+    }
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank() % torch::cuda::device_count()));
+  }
   const auto dir = std::filesystem::temp_directory_path() / ("so_offload_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61, "hidden_size": 32,
@@ -132,10 +149,10 @@ int main(int argc, char** argv) {
     }
   };
   try {
-    const auto speculative = train(dir.string(), Mode::speculative, 0.7, world->world());
-    const auto synchronous = train(dir.string(), Mode::synchronous, 0.7, world->world());
-    const auto all_cpu = train(dir.string(), Mode::synchronous, 1.0, world->world());
-    const auto reference = train(dir.string(), Mode::reference, 1.0, world->world());
+    const auto speculative = train(dir.string(), Mode::speculative, 0.7, device, world->world());
+    const auto synchronous = train(dir.string(), Mode::synchronous, 0.7, device, world->world());
+    const auto all_cpu = train(dir.string(), Mode::synchronous, 1.0, device, world->world());
+    const auto reference = train(dir.string(), Mode::reference, 1.0, device, world->world());
     const double spec_vs_sync = worst_relative(speculative, synchronous);
     const double cpu_vs_reference = worst_relative(all_cpu, reference);
     if (rank == 0) {

@@ -4,12 +4,15 @@
 // weights, same micro-batches accumulated in the same order, torch::optim::AdamW,
 // clip_grad_norm_). Compares every step's loss and
 // the final parameters; optionally checks the per-rank parameter memory and bf16 training.
+// With --device cuda the engine runs on each rank's GPU with NCCL (the reference stays on
+// the CPU); without a GPU that run exits 77, which CTest reports as skipped.
 //
 //   train_parity --arch llama|moe [--steps 20] [--micro 2] [--accumulation 2] [--seq 16]
-//                [--bf16-steps 50] [--max-live N] [--no-checkpointing]
+//                [--bf16-steps 50] [--max-live N] [--no-checkpointing] [--device cpu|cuda]
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <mpi.h>
+#include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -41,6 +44,7 @@ struct Options {
   int steps = 20, micro = 2, accumulation = 2, seq = 16, bf16_steps = 0;
   int64_t max_live = 1'000'000'000;
   bool checkpointing = true;
+  at::Device device = at::kCPU;
   double lr = 5e-3, clip = 0.5, weight_decay = 0.1;
 };
 
@@ -66,7 +70,7 @@ struct EngineRun {
 };
 
 EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType dtype, int steps, MPI_Comm world) {
-  auto communicator = so::zero::make_communicator("auto", at::kCPU, world);
+  auto communicator = so::zero::make_communicator("auto", o.device, world);
   auto& comm = *communicator;
   auto loaded = so::model::load_model(dir, "auto", "random", 42);
   EngineRun run;
@@ -78,6 +82,7 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
   options.prefetch_bucket_size = o.max_live;
   options.persistence_threshold = 0;
   options.loss_chunk_tokens = 5;
+  options.device = o.device;
   so::zero::ZeroEngine engine(loaded.model, comm, options);
   so::zero::ShardedAdamW optimizer(engine, {0.9, 0.999, 1e-8, o.weight_decay, true});
   // The optimizer hook: each layer's shard is announced once per step, on the last
@@ -93,12 +98,13 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
     double loss_sum = 0;
     for (int m = 0; m < o.accumulation; ++m) {
       const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * o.micro;
-      const auto r = engine.forward_backward(tokens.narrow(0, first, o.micro), labels.narrow(0, first, o.micro),
+      const auto r = engine.forward_backward(tokens.narrow(0, first, o.micro).to(o.device),
+                                             labels.narrow(0, first, o.micro).to(o.device),
                                              1.0 / total_tokens, 1.0 / (o.accumulation * world_size),
                                              m + 1 == o.accumulation);
       loss_sum += r.loss_sum;
     }
-    comm.all_reduce(&loss_sum, 1, so::comm::DataType::f64, so::comm::ReduceOp::sum)->wait();
+    comm.all_reduce_host(&loss_sum, 1, so::comm::ReduceOp::sum);
     run.losses.push_back(loss_sum / total_tokens);
     std::vector<size_t> expected(engine.layers().size());
     for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected.size() - 1 - i;
@@ -108,11 +114,14 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
     optimizer.clip_gradients(o.clip, norm);
     optimizer.step(o.lr);
   }
-  // Every layer's master weights, gathered to full tensors.
+  // Every layer's master weights, gathered to full tensors (through the engine's device:
+  // NCCL moves device buffers only).
   for (size_t i = 0; i < engine.layers().size(); ++i) {
     const auto& layout = engine.layers()[i].layout();
-    auto full = at::empty({layout.padded_numel()}, at::kFloat);
-    comm.all_gather(optimizer.master(i).data_ptr(), full.data_ptr(), layout.shard_numel(), so::comm::DataType::f32)->wait();
+    const auto shard = optimizer.master(i).to(o.device);
+    auto full = at::empty({layout.padded_numel()}, shard.options());
+    comm.all_gather(shard.data_ptr(), full.data_ptr(), layout.shard_numel(), so::comm::DataType::f32)->wait();
+    full = full.cpu();
     for (const auto& p : layout.parameters()) {
       run.final_parameters.push_back(full.narrow(0, p.offset, p.numel).view(p.shape));
       run.parameter_names.push_back(p.name);
@@ -188,6 +197,16 @@ int main(int argc, char** argv) {
     else if (a == "--bf16-steps") o.bf16_steps = std::stoi(next());
     else if (a == "--max-live") o.max_live = std::stoll(next());
     else if (a == "--no-checkpointing") o.checkpointing = false;
+    else if (a == "--device") o.device = at::Device(next());
+  }
+  if (o.device.is_cuda()) {
+    if (!torch::cuda::is_available()) {
+      if (world->rank() == 0) std::printf("SKIPPED: --device cuda, but no CUDA device is visible\n");
+      world.reset();
+      return 77;
+    }
+    // One GPU per rank of the node, in order (as the launcher's binding would give).
+    o.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank() % torch::cuda::device_count()));
   }
   const int rank = world->rank(), size = world->size();
   const auto dir = std::filesystem::temp_directory_path() / ("so_parity_" + o.arch + "_" + std::to_string(::getpid()));
@@ -215,10 +234,14 @@ int main(int argc, char** argv) {
         }
       }
       std::printf("largest parameter difference in %s\n", worst_name.c_str());
-      std::printf("%s, %d rank(s), %s: worst loss rel diff %.2e, worst parameter diff %.2e (loss %.4f -> %.4f)\n",
-                  o.arch.c_str(), size, o.checkpointing ? "checkpointing" : "all activations kept", worst_loss,
+      std::printf("%s, %d rank(s) on %s, %s: worst loss rel diff %.2e, worst parameter diff %.2e (loss %.4f -> %.4f)\n",
+                  o.arch.c_str(), size, o.device.str().c_str(), o.checkpointing ? "checkpointing" : "all activations kept", worst_loss,
                   worst_param, run.losses.front(), run.losses.back());
-      if (worst_loss > 1e-5 || worst_param > 1e-5) ++failures;
+      // On a GPU the engine's kernels (cuBLAS, CUDA reductions) sum in other orders than the
+      // CPU reference; Adam turns those last-bit gradient differences on near-zero elements
+      // into parameter differences of a few 1e-5 over 20 steps (the loss agrees to 1e-7).
+      const double parameter_tolerance = o.device.is_cuda() ? 1e-4 : 1e-5;
+      if (worst_loss > 1e-5 || worst_param > parameter_tolerance) ++failures;
       if (o.steps >= 10 && !(run.losses.back() < run.losses.front() - 0.3)) {
         std::printf("FAIL: the loss did not fall\n");
         ++failures;
