@@ -10,10 +10,10 @@ namespace superoffload::zero {
 ShardedAdamW::ShardedAdamW(ZeroEngine& engine, AdamWSettings settings) : engine_(engine), s_(settings) {
   const int rank = engine_.comm().rank();
   for (auto& layer : engine_.layers()) {
-    master_.push_back(layer.shard_fp32().to(at::kCPU).clone());
+    master_.push_back(layer.shard_fp32().clone());  // on the engine's device, like the shards
     exp_avg_.push_back(at::zeros_like(master_.back()));
     exp_avg_sq_.push_back(at::zeros_like(master_.back()));
-    auto mask = at::zeros(master_.back().sizes(), at::kBool);
+    auto mask = at::zeros(master_.back().sizes(), master_.back().options().dtype(at::kBool));
     for (const auto& piece : layer.layout().pieces(rank)) {
       if (layer.layout().parameters()[piece.parameter].weight_decay) mask.narrow(0, piece.shard_offset, piece.length).fill_(true);
     }
@@ -22,7 +22,8 @@ ShardedAdamW::ShardedAdamW(ZeroEngine& engine, AdamWSettings settings) : engine_
 }
 
 ShardState ShardedAdamW::shard_state(size_t layer) const {
-  return {master_[layer], exp_avg_[layer], exp_avg_sq_[layer], steps_};
+  // Host tensors for the checkpoint writer: copies on a GPU run, the state itself on a CPU run.
+  return {master_[layer].cpu(), exp_avg_[layer].cpu(), exp_avg_sq_[layer].cpu(), steps_};
 }
 
 void ShardedAdamW::load_shard_state(size_t layer, const ShardState& state) {
@@ -49,7 +50,7 @@ void ShardedAdamW::step(double lr) {
   auto& layers = engine_.layers();
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& p = master_[i];
-    auto grad = layers[i].grad_shard().to(at::kCPU);
+    auto grad = layers[i].grad_shard();
     if (s_.decoupled) {
       p.mul_(at::where(decay_mask_[i], at::scalar_tensor(1 - lr * s_.weight_decay), at::scalar_tensor(1.0)));
     } else if (s_.weight_decay != 0) {

@@ -1,6 +1,7 @@
 // The plain reference optimizer over ZeRO shards: fp32 master weights, exp_avg and exp_avg_sq
-// per layer shard, stepped after backward with LibTorch operations in the order
-// torch::optim::AdamW uses, then written back to the device shards in the compute dtype.
+// per layer shard, on the engine's device (DeepSpeed's offload_optimizer device "none"),
+// stepped after backward with LibTorch operations in the order torch::optim::AdamW uses,
+// then written back to the shards in the compute dtype.
 // Also the global gradient norm and clipping. (The offloaded, speculative optimizer replaces
 // it for real runs; this one is the baseline it is checked against.)
 #pragma once
