@@ -5,7 +5,10 @@
 #include <sched.h>
 #include <torch/autograd.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "runtime/error.hpp"
@@ -20,6 +23,23 @@ namespace {
 
 // The CPU kernel works on contiguous runs; the pool splits a run among its threads.
 constexpr size_t kAlign = 64;
+
+// Whether every element is finite, on the optimizer's own pool. (An ATen reduction called from
+// the speculation worker ran on an OpenMP team of that thread, which competed with the pool
+// for the bound cores: on a 16-core H100 node the speculated CPU steps took 6x longer.)
+bool all_finite(ThreadPool& pool, const float* data, size_t n) {
+  std::atomic<bool> finite{true};
+  pool.parallel_for(n, kAlign, [&](size_t b, size_t e) {
+    uint32_t special = 0;  // exponent all ones: inf or NaN (a branch-free loop the compiler vectorises)
+    for (size_t i = b; i < e; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, sizeof bits);
+      special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (special) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load(std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -194,9 +214,10 @@ void OffloadOptimizer::worker_loop() {
     try {
       // A non-finite gradient is never stepped speculatively: its step could not be undone
       // (inf − inf is NaN). The step-end validation sees it in the global norm and skips.
-      if (at::isfinite(groups_[index].grad).all().item<bool>()) {
-        step_cpu(groups_[index], 1.0f);
-        groups_[index].speculated = true;
+      auto& g = groups_[index];
+      if (all_finite(pool_, g.grad.data_ptr<float>(), static_cast<size_t>(g.grad.numel()))) {
+        step_cpu(g, 1.0f);
+        g.speculated = true;
       }
     } catch (...) {
       error = std::current_exception();
@@ -220,11 +241,15 @@ void OffloadOptimizer::wait_for_worker() {
 
 void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
   ++g.steps;
-  if (grad_scale != 1.0f) g.grad.mul_(grad_scale);
   float* p = g.master.data_ptr<float>();
   float* m = g.exp_avg.data_ptr<float>();
   float* v = g.exp_avg_sq.data_ptr<float>();
-  const float* grad = g.grad.data_ptr<float>();
+  float* grad = g.grad.data_ptr<float>();
+  if (grad_scale != 1.0f) {  // clipping, on the pool (not ATen's OpenMP threads: see all_finite)
+    pool_.parallel_for(static_cast<size_t>(g.grad.numel()), kAlign, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) grad[i] *= grad_scale;
+    });
+  }
   auto* out = bf16_ ? reinterpret_cast<uint16_t*>(g.bf16.data_ptr<at::BFloat16>()) : nullptr;
   for (const auto& piece : g.pieces) {
     const AdamWStep step{static_cast<float>(lr_), s_.beta1, s_.beta2, s_.eps, piece.decay ? s_.weight_decay : 0.0f,
