@@ -23,6 +23,42 @@
 namespace io = superoffload::io;
 using superoffload::runtime::now_s;
 
+namespace {
+
+// Seconds from a barrier before `work` to a barrier after it: the slowest rank's time.
+template <typename Work>
+double collective_seconds(Work&& work) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = now_s();
+  work();
+  MPI_Barrier(MPI_COMM_WORLD);
+  return now_s() - start;
+}
+
+int open_or_abort(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    std::perror(path.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return fd;
+}
+
+// Writes or reads all `size` bytes at `data` (the calls may move fewer at a time).
+void transfer_all(int fd, char* data, size_t size, bool write) {
+  while (size > 0) {
+    const ssize_t n = write ? ::write(fd, data, size) : ::read(fd, data, size);
+    if (n <= 0) {
+      std::perror(write ? "write" : "read");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   double gigabytes = 1.0;
@@ -52,68 +88,34 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(per_layer) * 12 * kLayers * world;
 
   // Plain: every rank writes its bytes to one file, sequentially, then fsync.
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t = now_s();
-  std::filesystem::create_directories(dir);
   const std::string plain = dir + "/plain_" + std::to_string(rank) + ".bin";
-  {
-    const int fd = ::open(plain.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (const auto& array : state) {
-      const char* p = reinterpret_cast<const char*>(array.data());
-      size_t left = array.size() * sizeof(float);
-      while (left > 0) {
-        const ssize_t n = ::write(fd, p, left);
-        if (n <= 0) { std::perror("write"); MPI_Abort(MPI_COMM_WORLD, 1); }
-        p += n;
-        left -= static_cast<size_t>(n);
-      }
-    }
+  std::filesystem::create_directories(dir);
+  const double plain_write_s = collective_seconds([&] {
+    const int fd = open_or_abort(plain, O_WRONLY | O_CREAT | O_TRUNC);
+    for (auto& array : state) transfer_all(fd, reinterpret_cast<char*>(array.data()), array.size() * sizeof(float), true);
     ::fsync(fd);
     ::close(fd);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double plain_write_s = now_s() - t;
-
-  MPI_Barrier(MPI_COMM_WORLD);
-  t = now_s();
-  const auto saved = io::save_checkpoint(root, 1, views, {}, manifest, 0, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double checkpoint_write_s = now_s() - t;
-
-  MPI_Barrier(MPI_COMM_WORLD);
-  t = now_s();
-  const auto problem = io::checkpoint_problem(saved.directory, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double verify_s = now_s() - t;
+  });
+  io::SaveResult saved;
+  const double checkpoint_write_s =
+      collective_seconds([&] { saved = io::save_checkpoint(root, 1, views, {}, manifest, 0, MPI_COMM_WORLD); });
+  std::string problem;
+  const double verify_s = collective_seconds([&] { problem = io::checkpoint_problem(saved.directory, MPI_COMM_WORLD); });
   if (!problem.empty()) {
     std::fprintf(stderr, "verification failed: %s\n", problem.c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
   std::vector<float> buffer(static_cast<size_t>(per_layer));
-  MPI_Barrier(MPI_COMM_WORLD);
-  t = now_s();
-  {
-    const int fd = ::open(plain.c_str(), O_RDONLY);
+  const double plain_read_s = collective_seconds([&] {
+    const int fd = open_or_abort(plain, O_RDONLY);
     for (size_t a = 0; a < state.size(); ++a) {
-      char* p = reinterpret_cast<char*>(buffer.data());
-      size_t left = buffer.size() * sizeof(float);
-      while (left > 0) {
-        const ssize_t n = ::read(fd, p, left);
-        if (n <= 0) { std::perror("read"); MPI_Abort(MPI_COMM_WORLD, 1); }
-        p += n;
-        left -= static_cast<size_t>(n);
-      }
+      transfer_all(fd, reinterpret_cast<char*>(buffer.data()), buffer.size() * sizeof(float), false);
     }
     ::close(fd);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double plain_read_s = now_s() - t;
-
-  MPI_Barrier(MPI_COMM_WORLD);
-  t = now_s();
+  });
   bool equal = true;
-  {
+  const double checkpoint_read_s = collective_seconds([&] {
     io::CheckpointReader reader(saved.directory);
     for (int l = 0; l < kLayers; ++l) {
       int f = 0;
@@ -123,9 +125,7 @@ int main(int argc, char** argv) {
         ++f;
       }
     }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double checkpoint_read_s = now_s() - t;
+  });
 
   if (rank == 0) {
     const double gb = bytes / 1e9;
