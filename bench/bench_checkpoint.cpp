@@ -18,7 +18,7 @@
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
-#include "runtime/timer.hpp"
+#include "base/timer.hpp"
 
 namespace io = superoffload::io;
 using superoffload::runtime::now_s;

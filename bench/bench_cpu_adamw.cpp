@@ -47,9 +47,9 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
-#include "offload/cpu_adamw.hpp"
-#include "offload/thread_pool.hpp"
-#include "runtime/timer.hpp"
+#include "optim/cpu_adamw.hpp"
+#include "optim/thread_pool.hpp"
+#include "base/timer.hpp"
 
 namespace bench {
 HWY_EXPORT(Stream);
@@ -57,7 +57,7 @@ HWY_EXPORT(Stream);
 
 namespace {
 
-namespace o = superoffload::offload;
+namespace o = superoffload::optim;
 using superoffload::runtime::now_s;
 
 // Best of `reps` runs, in seconds.

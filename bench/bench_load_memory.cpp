@@ -13,10 +13,10 @@
 #include <optional>
 #include <string>
 
-#include "model/load_model.hpp"
-#include "runtime/allocator.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "model_io/load_model.hpp"
+#include "base/allocator.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
 
@@ -39,9 +39,9 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 4000,
     "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 12,
     "num_key_value_heads": 4, "tie_word_embeddings": false})";
-  auto comm = so::zero::make_communicator("auto", at::kCPU, world->world());
+  auto comm = so::zero::make_communicator(so::config::CommBackend::automatic, at::kCPU, world->world());
   const double before = peak_rss_mb();
-  auto loaded = so::model::load_model(dir.string(), "auto", "random", 1, stream);
+  auto loaded = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 1, stream);
   const double model_mb = static_cast<double>(loaded.model->shape().total_parameters) * 4 / (1024.0 * 1024.0);
   so::zero::EngineOptions options;
   options.compute_dtype = at::kFloat;

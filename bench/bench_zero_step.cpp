@@ -1,6 +1,6 @@
 // ZeRO-3 step breakdown (a benchmark, not a test). Under mpirun -np N: trains a ~125M-
-// parameter Llama (hidden 768, 12 layers, vocab 32000) from random weights for a few steps
-// and prints, per step, forward, backward, all-gather wait, reduce-scatter and optimizer
+// parameter Llama (hidden 768, 12 layers, vocab 32000) from random weights for a few steps of
+// the training step (train/step.hpp, with the on-device AdamW and clipping at 1.0) and prints, per step, forward, backward, all-gather wait, reduce-scatter and optimizer
 // time, and how much of the all-gather time was hidden behind compute: the same gathers are
 // also timed one by one, blocking, in the same run, and hidden = 1 − waited / blocking.
 //
@@ -16,12 +16,13 @@
 #include <string>
 
 #include "comm/mpi_communicator.hpp"
-#include "model/load_model.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/timer.hpp"
+#include "model_io/load_model.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
+#include "base/timer.hpp"
 #include "zero/engine.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "optim/sharded_adamw.hpp"
+#include "train/step.hpp"
 
 namespace so = superoffload;
 using so::runtime::now_s;
@@ -53,13 +54,13 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "config.json") << kConfig;
 
   so::comm::MpiCommunicator comm(world->world());
-  auto loaded = so::model::load_model(dir.string(), "auto", "random", 1);
+  auto loaded = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 1);
   const auto params = loaded.model->shape().total_parameters;
   so::zero::EngineOptions options;
   options.compute_dtype = at::kFloat;
   options.persistence_threshold = 0;
   so::zero::ZeroEngine engine(loaded.model, comm, options);
-  so::zero::ShardedAdamW optimizer(engine, {});
+  so::optim::ShardedAdamW optimizer(engine, {.gradient_clipping = 1.0});
   if (rank == 0) {
     std::printf("bench_zero_step: Llama %.1fM parameters, %d rank(s), %d thread(s) each, micro-batch %d x %d tokens, fp32\n",
                 params / 1e6, size, threads, micro, seq);
@@ -78,23 +79,15 @@ int main(int argc, char** argv) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
   for (int step = 0; step < steps; ++step) {
     const auto tokens = at::randint(0, 32000, {micro, seq}, generator, at::kLong);
-    auto labels = tokens.roll(-1, 1).clone();
-    labels.select(1, seq - 1).fill_(-100);
+    const auto labels = so::model::next_token_labels(tokens);
     comm.barrier();
-    engine.reset_times();
-    engine.zero_grad();
-    const double start = now_s();
-    engine.forward_backward(tokens, labels, 1.0 / (micro * (seq - 1) * size), 1.0, true);
-    const double optimizer_start = now_s();
-    optimizer.clip_gradients(1.0, optimizer.global_grad_norm());
-    optimizer.step(1e-4);
-    const double end = now_s();
-    const auto& t = engine.times();
+    const auto r = so::train::run_step(engine, optimizer, {{tokens, labels}}, 1e-4);
+    const auto& t = r.engine;
     // Two passes gather every layer (forward and backward).
     const double hidden = 1.0 - t.gather_wait_s / std::max(1e-9, 2 * blocking_gather_s);
     if (rank == 0) {
-      std::printf("%-5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %8.0f%%\n", step + 1, end - start, t.forward_s, t.backward_s,
-                  t.gather_wait_s, t.reduce_s, end - optimizer_start, 100 * std::max(0.0, hidden));
+      std::printf("%-5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %8.0f%%\n", step + 1, r.seconds, t.forward_s, t.backward_s,
+                  t.gather_wait_s, t.reduce_s, r.optimizer_s, 100 * std::max(0.0, hidden));
     }
   }
   if (rank == 0) {

@@ -4,7 +4,7 @@
 
 #include "model/blocks/attention.hpp"
 #include "model/plugin.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::plugins::gpt2 {
 namespace {

@@ -8,7 +8,7 @@
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
 #include "model/plugin.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::plugins::llama {
 namespace {

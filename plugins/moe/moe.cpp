@@ -13,7 +13,7 @@
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
 #include "model/plugin.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::plugins::moe {
 namespace {

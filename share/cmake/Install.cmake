@@ -12,33 +12,29 @@ if(SUPEROFFLOAD_NCCL_LIBRARY)
   list(APPEND _external_rpath "${_nccl_dir}")
 endif()
 set_target_properties(superoffload PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_external_rpath}")
-set_target_properties(superoffload_core superoffload_model PROPERTIES INSTALL_RPATH "$ORIGIN;${_external_rpath}")
+set_target_properties(superoffload_base superoffload_model PROPERTIES INSTALL_RPATH "$ORIGIN;${_external_rpath}")
 foreach(plugin llama gpt2 moe)
   set_target_properties(superoffload_plugin_${plugin} PROPERTIES INSTALL_RPATH "$ORIGIN/../..;${_external_rpath}")
   install(TARGETS superoffload_plugin_${plugin} LIBRARY DESTINATION ${SUPEROFFLOAD_INSTALL_PLUGIN_DIR})
 endforeach()
 
-install(TARGETS superoffload_core superoffload_model EXPORT superoffloadTargets
+install(TARGETS superoffload_base superoffload_model EXPORT superoffloadTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/superoffload)
-set_target_properties(superoffload_core PROPERTIES EXPORT_NAME core)
+set_target_properties(superoffload_base PROPERTIES EXPORT_NAME base)
 set_target_properties(superoffload_model PROPERTIES EXPORT_NAME model)
 
-# The headers a plugin includes, under include/superoffload/ with their source-tree paths.
-install(FILES
-    src/model/causal_lm.hpp src/model/plugin_abi.h src/model/plugin.hpp src/model/hf_config.hpp
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/superoffload/model)
-install(DIRECTORY src/model/blocks/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/superoffload/model/blocks
-  FILES_MATCHING PATTERN "*.hpp")
-install(FILES src/runtime/error.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/superoffload/runtime)
+# The headers a plugin includes: include/superoffload/ is exactly the installed set (the
+# plugin ABI; its hash is the ABI tag, see share/cmake/SuperoffloadPluginAbiTag.cmake).
+install(DIRECTORY include/superoffload DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(_package_dir ${CMAKE_INSTALL_LIBDIR}/cmake/superoffload)
 install(EXPORT superoffloadTargets NAMESPACE superoffload:: DESTINATION ${_package_dir})
 configure_package_config_file(share/cmake/superoffloadConfig.cmake.in
   "${PROJECT_BINARY_DIR}/superoffloadConfig.cmake"
   INSTALL_DESTINATION ${_package_dir}
-  PATH_VARS SUPEROFFLOAD_INSTALL_PLUGIN_DIR)
+  PATH_VARS SUPEROFFLOAD_INSTALL_PLUGIN_DIR CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/superoffloadConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/superoffloadConfig.cmake" "${PROJECT_BINARY_DIR}/superoffloadConfigVersion.cmake"
-  share/cmake/SuperoffloadPlugin.cmake DESTINATION ${_package_dir})
+  share/cmake/SuperoffloadPlugin.cmake share/cmake/SuperoffloadPluginAbiTag.cmake DESTINATION ${_package_dir})

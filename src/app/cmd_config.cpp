@@ -5,7 +5,7 @@
 
 #include "app/commands.hpp"
 #include "config/toml_writer.hpp"
-#include "runtime/mpi_world.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace superoffload::app {
 

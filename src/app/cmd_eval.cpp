@@ -1,16 +1,18 @@
 // `superoffload eval --model HF_DIR --tokens FILE [--dump-logits OUT.h5]`: mean loss and
-// perplexity of a model over token sequences, computed in fp32 on rank 0, layer by layer
-// through the same model contract training uses.
+// perplexity of a model over token sequences, computed in fp32 on rank 0 by the ZeRO-3
+// engine training uses (one rank: layer by layer, the same forward and chunked loss).
 #include <torch/autograd.h>
 
 #include <cmath>
 #include <iostream>
 
 #include "app/commands.hpp"
+#include "base/error.hpp"
+#include "cluster/mpi_world.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "io/hdf5_file.hpp"
-#include "model/load_model.hpp"
-#include "runtime/error.hpp"
-#include "runtime/mpi_world.hpp"
+#include "model_io/load_model.hpp"
+#include "zero/engine.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -23,8 +25,7 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
   bind_and_report(world, "auto");
   if (world.rank() != 0) return 0;  // one process evaluates; the others only share the start-up
   torch::NoGradGuard no_grad;
-  auto loaded = model::load_model(options.model, options.plugin, "pretrained", 0);
-  auto& layers = loaded.model->layers();
+  auto loaded = model::load_model(options.model, options.plugin, config::InitMode::pretrained, 0, /*defer=*/true);
 
   const auto file = io::Hdf5File::open_read(options.tokens);
   const auto tokens_array = file.read_int64("tokens");
@@ -35,34 +36,29 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
   const auto tokens = at::from_blob(const_cast<int64_t*>(tokens_array.values.data()), {batch, seq}, at::kLong).clone();
   SO_CHECK(tokens.min().item<int64_t>() >= 0 && tokens.max().item<int64_t>() < vocab,
            options.tokens << ": token ids must lie in [0, " << vocab << ") for this model");
+  const auto labels = model::next_token_labels(tokens);
 
-  // Labels are the next tokens; the last position has none.
-  auto labels = at::full({batch, seq}, -100, at::kLong);
-  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
-  model::BatchContext context;
-  context.position_ids = at::arange(seq, at::kLong).unsqueeze(0).expand({batch, seq});
-  std::vector<at::Tensor> aux_losses;  // MoE load balancing, when the model's config enables it
-  context.aux_losses = &aux_losses;
-
-  at::Tensor hidden = tokens;
-  for (size_t i = 0; i + 1 < layers.size(); ++i) hidden = layers[i]->forward(hidden, context);
-  auto* head = dynamic_cast<model::HeadLayer*>(layers.back().get());
-  SO_CHECK(head, "plugin " << loaded.plugin.name << " did not end its layers with a HeadLayer");
-  const auto total = head->loss(hidden, labels, /*chunk_tokens=*/512, context);
-  const double mean = total.sum.item<double>() / static_cast<double>(total.tokens);
+  // This rank alone: the engine holds the model as one shard and gathers a layer at a time.
+  comm::MpiCommunicator self(MPI_COMM_SELF);
+  zero::ZeroEngine engine(loaded.model, self,
+                          {.compute_dtype = at::kFloat,
+                           .activation_checkpointing = false,
+                           .persistence_threshold = 0,
+                           .loss_chunk_tokens = 512},
+                          loaded.materialize);
+  const auto total = engine.forward_loss(tokens, labels);
+  const double mean = total.loss_sum / static_cast<double>(total.tokens);
   std::cout.precision(9);
   std::cout << "eval: " << batch << " sequence(s) x " << seq << " tokens, " << total.tokens << " predicted tokens\n"
             << "mean loss " << mean << "\nperplexity " << std::exp(mean) << "\n";
-  if (!aux_losses.empty()) {
-    double aux = 0;
-    for (const auto& a : aux_losses) aux += a.item<double>();
-    std::cout << "aux loss " << aux << " (router load balancing, weighted by router_aux_loss_coef)\n";
+  if (loaded.model->is_moe() && total.aux_loss != 0) {
+    std::cout << "aux loss " << total.aux_loss << " (router load balancing, weighted by router_aux_loss_coef)\n";
   }
 
   if (!options.dump_logits.empty()) {
-    const auto logits = head->forward(hidden, context).to(at::kFloat).contiguous();
+    const auto logits = engine.forward_logits(tokens).contiguous();
     const auto per_token = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), {},
-                                                  at::Reduction::None, -100)
+                                                  at::Reduction::None, model::kIgnoreLabel)
                                .reshape({batch, seq})
                                .contiguous();
     auto out = io::Hdf5File::create(options.dump_logits);
@@ -70,7 +66,7 @@ int run_eval(const runtime::MpiWorld& world, const EvalOptions& options) {
                     logits.data_ptr<float>());
     // The last position has no next token: its loss is 0 and `loss_mask` is 0 there.
     out.write_float("loss", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq)}, per_token.data_ptr<float>());
-    const auto mask = labels.ne(-100).to(at::kLong).contiguous();
+    const auto mask = labels.ne(model::kIgnoreLabel).to(at::kLong).contiguous();
     out.write_int64("loss_mask", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq)}, mask.data_ptr<int64_t>());
     std::cout << "logits and per-token loss written to " << options.dump_logits << "\n";
   }

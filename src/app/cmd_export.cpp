@@ -9,13 +9,13 @@
 #include "app/commands.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
-#include "model/export_hf.hpp"
-#include "model/load_model.hpp"
-#include "model/safetensors.hpp"
-#include "runtime/error.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/timer.hpp"
+#include "model_io/export_hf.hpp"
+#include "model_io/load_model.hpp"
+#include "model_io/safetensors.hpp"
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -70,7 +70,7 @@ void add_export_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& ru
                                       << ") has no config.json"
                                       << hint("pass --model with the HF directory the run trained"));
       // The model's structure only: parameters are allocated but not filled (deferred).
-      auto loaded = model::load_model(model_dir, saved.at("model").value("plugin", std::string("auto")), "random", 0,
+      auto loaded = model::load_model(model_dir, saved.at("model").value("plugin", std::string("auto")), config::InitMode::random, 0,
                                       /*defer=*/true);
       auto& layers = loaded.model->layers();
       SO_CHECK(layers.size() == reader.layers(),

@@ -13,8 +13,8 @@
 #include "app/commands.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
-#include "runtime/error.hpp"
-#include "runtime/mpi_world.hpp"
+#include "base/error.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace superoffload::app {
 namespace {

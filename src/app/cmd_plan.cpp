@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "runtime/mpi_world.hpp"
+#include "cluster/mpi_world.hpp"
 #include "train/memory_plan.hpp"
 
 namespace superoffload::app {

@@ -7,9 +7,9 @@
 #include "app/commands.hpp"
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
-#include "runtime/error.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/timer.hpp"
+#include "base/error.hpp"
+#include "cluster/mpi_world.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::app {
 
@@ -27,28 +27,28 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& data = loaded.config.data;
       const auto format = data::resolve_data_format(data);
-      SO_CHECK(format != "hdf5", "[data] path " << data.path << " is already pre-tokenized HDF5"
+      SO_CHECK(format != config::DataFormat::hdf5, "[data] path " << data.path << " is already pre-tokenized HDF5"
                                                 << hint("point [data] path at a JSONL file"));
       const auto tokenizer_path = data.tokenizer.empty() ? loaded.config.model.path : data.tokenizer;
       const auto tokenizer = data::load_tokenizer(tokenizer_path);
       const double start_s = runtime::now_s();
       if (world.rank() == 0) {
-        SO_LOG(info) << "prepare: " << data.path << " (" << format << ") with the " << tokenizer->kind() << " of "
+        SO_LOG(info) << "prepare: " << data.path << " (" << config::to_text(format) << ") with the " << tokenizer->kind() << " of "
                      << tokenizer_path << " on " << world.size() << " rank(s)";
       }
       data::PrepareStats stats;
       const auto arrays = data::prepare_records(
-          data, format == "alpaca" ? data::RecordFormat::alpaca : data::RecordFormat::text, *tokenizer, world.world(), stats);
+          data, data::record_format(format), *tokenizer, world.world(), stats);
       if (world.rank() == 0) {
         data::write_token_file(options->output, arrays,
                                {{"source", data.path},
-                                {"format", format},
+                                {"format", std::string(config::to_text(format))},
                                 {"tokenizer", tokenizer_path},
-                                {"seq_len", format == "alpaca" ? std::to_string(data.seq_len) : std::string("any")},
+                                {"seq_len", format == config::DataFormat::alpaca ? std::to_string(data.seq_len) : std::string("any")},
                                 {"packing", data.packing ? "true" : "false"}});
         SO_LOG(info) << "prepare: wrote " << options->output << ": " << stats.records << " records, " << stats.tokens
                      << " tokens"
-                     << (format == "alpaca" ? " in " + std::to_string(stats.rows) + " rows of " +
+                     << (format == config::DataFormat::alpaca ? " in " + std::to_string(stats.rows) + " rows of " +
                                                   std::to_string(data.seq_len + 1) + " (" + std::to_string(stats.truncated) +
                                                   " truncated, " + std::to_string(stats.dropped) + " dropped)"
                                             : std::string())

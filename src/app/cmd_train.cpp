@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "app/commands.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/error.hpp"
-#include "runtime/stop_request.hpp"
+#include "cluster/mpi_world.hpp"
+#include "base/error.hpp"
+#include "cluster/stop_request.hpp"
 #include "train/trainer.hpp"
 
 namespace superoffload::app {
@@ -29,7 +29,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
-      const auto binding = runtime::bind_ranks(world, cfg.runtime.bind == "none" ? runtime::BindMode::none
+      const auto binding = runtime::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? runtime::BindMode::none
                                                                                    : runtime::BindMode::automatic);
       const auto report = runtime::report_bindings(world, binding);
       if (world.rank() == 0) {
@@ -37,7 +37,8 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         for (const auto& line : report.table) SO_LOG(info) << line;
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
       }
-      const auto summary = train::run_training(cfg, world, binding, resume_requested ? options->resume : std::string());
+      const auto summary = train::run_training(cfg, world, binding, report.table,
+                                               resume_requested ? options->resume : std::string());
       // Preempted after a checkpoint: a distinct code the jobscripts answer with a requeue.
       return summary.stop_signal != 0 ? runtime::kExitPreempted : 0;
     };

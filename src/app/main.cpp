@@ -5,11 +5,11 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "runtime/allocator.hpp"
-#include "runtime/check_hdf5.hpp"
-#include "runtime/job_exit.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "base/allocator.hpp"
+#include "io/check_hdf5.hpp"
+#include "cluster/job_exit.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;
 

@@ -1,10 +1,24 @@
 // Subcommand bring-up.
 #include "app/startup.hpp"
 
-#include "runtime/job_exit.hpp"
-#include "runtime/mpi_world.hpp"
+#include "cluster/job_exit.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace superoffload::app {
+namespace {
+
+log::Level log_level(config::LogLevel level) {
+  switch (level) {
+    case config::LogLevel::trace: return log::Level::trace;
+    case config::LogLevel::debug: return log::Level::debug;
+    case config::LogLevel::info: return log::Level::info;
+    case config::LogLevel::warning: return log::Level::warning;
+    case config::LogLevel::error: return log::Level::error;
+  }
+  return log::Level::info;
+}
+
+}  // namespace
 
 config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const ConfigOptions& options,
                                          const GlobalOptions& globals, int world_size) {
@@ -23,8 +37,8 @@ config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const C
   runtime::exit_if_any_rank_failed(world, error, 2);
 
   const auto& logging = loaded.config.logging;
-  if (globals.log_level.empty()) log::set_level(*log::parse_level(logging.level));
-  log::set_rank(world.rank(), logging.console == "all" ? log::Console::all : log::Console::rank0);
+  if (globals.log_level.empty()) log::set_level(log_level(logging.level));
+  log::set_rank(world.rank(), logging.console == config::ConsoleMode::all ? log::Console::all : log::Console::rank0);
   for (const auto& warning : loaded.warnings) SO_LOG(warning) << warning;
   return loaded;
 }

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "config/load.hpp"
-#include "runtime/binding.hpp"
-#include "runtime/logging.hpp"
+#include "cluster/binding.hpp"
+#include "base/logging.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;

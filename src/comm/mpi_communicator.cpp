@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "comm/bf16.hpp"
-#include "runtime/check_mpi.hpp"
+#include "cluster/check_mpi.hpp"
 
 namespace superoffload::comm {
 namespace {

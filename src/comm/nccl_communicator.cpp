@@ -2,8 +2,8 @@
 #include "comm/nccl_communicator.hpp"
 
 #include "comm/mpi_communicator.hpp"
-#include "runtime/check_cuda.hpp"
-#include "runtime/check_mpi.hpp"
+#include "cluster/check_cuda.hpp"
+#include "cluster/check_mpi.hpp"
 
 namespace superoffload::comm {
 namespace {

@@ -1,23 +1,25 @@
 // The typed configuration: one struct per component, each field with its default. The
 // keys, documentation and constraints of every field are in schema.cpp; the TOML sections
-// mirror these structs one to one.
+// mirror these structs one to one. Choice-valued fields are enums (config/choices.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "config/choices.hpp"
+
 namespace superoffload::config {
 
 struct ModelConfig {
   std::string path;             // required: HuggingFace model directory
   std::string plugin = "auto";  // "auto", a plugin name, or a path to a plugin .so
-  std::string init = "auto";    // "auto" | "pretrained" | "random"
+  InitMode init = InitMode::automatic;
 };
 
 struct DataConfig {
   std::string path;  // required: dataset file
-  std::string format = "auto";  // "auto" | "hdf5" | "jsonl" | "alpaca"
+  DataFormat format = DataFormat::automatic;
   std::int64_t seq_len = 4096;
   std::string tokenizer;  // empty: the model directory's tokenizer
   // Alpaca-style templates for instruction records; {instruction} and {input} are replaced.
@@ -47,7 +49,7 @@ struct TrainingConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "adamw";  // "adamw" (decoupled weight decay) | "adam" (L2)
+  OptimizerType type = OptimizerType::adamw;  // adamw: decoupled weight decay; adam: L2
   double lr = 1e-5;
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
@@ -56,9 +58,9 @@ struct OptimizerConfig {
 };
 
 struct LrScheduleConfig {
-  std::string type = "cosine";  // "constant" | "cosine" | "linear"
+  LrScheduleType type = LrScheduleType::cosine;
   std::int64_t warmup_num_steps = 0;
-  std::string warmup_type = "linear";  // "linear" | "log"
+  WarmupType warmup_type = WarmupType::linear;
   double warmup_min_lr = 0.0;
   double min_lr = 0.0;
 };
@@ -73,7 +75,7 @@ struct ZeroConfig {
 };
 
 struct OffloadConfig {
-  std::string device = "cpu";  // "cpu" | "none"
+  OffloadDevice device = OffloadDevice::cpu;
   bool pin_memory = true;
   double ratio = 1.0;
   bool super_offload = true;
@@ -99,15 +101,15 @@ struct MetricsConfig {
 };
 
 struct LoggingConfig {
-  std::string level = "info";
-  std::string console = "rank0";  // "rank0" | "all"
+  LogLevel level = LogLevel::info;
+  ConsoleMode console = ConsoleMode::rank0;
   std::int64_t log_every_steps = 1;
 };
 
 struct RuntimeConfig {
-  std::string device = "auto";        // "auto" | "cpu" | "cuda"
-  std::string comm_backend = "auto";  // "auto" | "mpi" | "nccl"
-  std::string bind = "auto";          // "auto" | "none"
+  DeviceKind device = DeviceKind::automatic;
+  CommBackend comm_backend = CommBackend::automatic;
+  BindMode bind = BindMode::automatic;
   double peak_tflops = 0.0;           // 0: from the GPU model
   double collective_timeout_s = 600.0;
   bool check_memory = true;

@@ -210,12 +210,12 @@ class Loader {
                           origin_of(c, "lr_schedule.min_lr") + ") is above [optimizer] lr = " +
                           std::to_string(c.config.optimizer.lr) + " (" + origin_of(c, "optimizer.lr") + ")");
     }
-    if (c.config.offload.device == "none" && c.origins.count("offload.super_offload") &&
+    if (c.config.offload.device == OffloadDevice::none && c.origins.count("offload.super_offload") &&
         c.config.offload.super_offload) {
       c.warnings.push_back("[offload] super_offload = true has no effect with device = \"none\" (the optimizer "
                            "runs on the device)");
     }
-    if (c.config.runtime.comm_backend == "nccl" && c.config.runtime.device == "cpu") {
+    if (c.config.runtime.comm_backend == CommBackend::nccl && c.config.runtime.device == DeviceKind::cpu) {
       problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +
                           ") needs device = \"cuda\" or \"auto\", not \"cpu\" (" + origin_of(c, "runtime.device") +
                           ") — NCCL works on GPU buffers only");

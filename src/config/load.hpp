@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::config {
 

@@ -6,12 +6,15 @@
 #include <sstream>
 #include <type_traits>
 
+#include "base/error.hpp"
+
 namespace superoffload::config {
 namespace {
 
 template <class T>
 constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
+  if constexpr (std::is_enum_v<T>) return Kind::string;  // a choice, written as its text
+  else if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
   else if constexpr (std::is_same_v<T, std::int64_t>) return Kind::integer;
   else if constexpr (std::is_same_v<T, double>) return Kind::number;
   else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
@@ -36,8 +39,18 @@ class SectionBuilder {
     f.key = std::move(key);
     f.doc = std::move(doc);
     f.kind = kind_of<T>();
-    f.get = [member = member_, field](const Config& c) -> Value { return (c.*member).*field; };
-    f.set = [member = member_, field](Config& c, const Value& v) { (c.*member).*field = std::get<T>(v); };
+    if constexpr (std::is_enum_v<T>) {
+      // Parsed here, once: the loader has checked the text against `choices` before set().
+      for (const auto& choice : choices<T>()) f.choices.emplace_back(choice.text);
+      f.get = [member = member_, field](const Config& c) -> Value { return std::string(to_text((c.*member).*field)); };
+      f.set = [member = member_, field, name = f.section + "." + f.key](Config& c, const Value& v) {
+        SO_CHECK(from_text(std::get<std::string>(v), (c.*member).*field),
+                 "[" << name << "]: \"" << std::get<std::string>(v) << "\" is not one of its values");
+      };
+    } else {
+      f.get = [member = member_, field](const Config& c) -> Value { return (c.*member).*field; };
+      f.set = [member = member_, field](Config& c, const Value& v) { (c.*member).*field = std::get<T>(v); };
+    }
     section.fields.push_back(std::move(f));
     return section.fields.back();
   }
@@ -58,8 +71,7 @@ std::vector<Section> build_schema() {
           "\"auto\" (chosen by config.json's architectures), a plugin name, or a path to a plugin .so.");
     b.add("init", &ModelConfig::init,
           "\"auto\": load safetensors weights if present, else random; \"pretrained\": require weights; \"random\": "
-          "initialise from initializer_range.")
-        .one_of({"auto", "pretrained", "random"});
+          "initialise from initializer_range.");
   }
   {
     SectionBuilder<DataConfig> b(s, "data", "Training data and how it becomes token sequences.", &Config::data);
@@ -67,8 +79,7 @@ std::vector<Section> build_schema() {
         .require("\"/path/to/dataset.jsonl\"");
     b.add("format", &DataConfig::format,
           "\"auto\" (from the extension and first record), \"hdf5\", \"jsonl\" (a text field) or \"alpaca\" "
-          "(instruction/input/output records).")
-        .one_of({"auto", "hdf5", "jsonl", "alpaca"});
+          "(instruction/input/output records).");
     b.add("seq_len", &DataConfig::seq_len, "Tokens per sample.").at_least(1);
     b.add("tokenizer", &DataConfig::tokenizer, "Tokenizer directory or file; empty: the model directory's.");
     b.add("prompt_template", &DataConfig::prompt_template,
@@ -109,8 +120,7 @@ std::vector<Section> build_schema() {
   }
   {
     SectionBuilder<OptimizerConfig> b(s, "optimizer", "AdamW over fp32 master weights.", &Config::optimizer);
-    b.add("type", &OptimizerConfig::type, "\"adamw\" (decoupled weight decay) or \"adam\" (L2 penalty).")
-        .one_of({"adamw", "adam"});
+    b.add("type", &OptimizerConfig::type, "\"adamw\" (decoupled weight decay) or \"adam\" (L2 penalty).");
     b.add("lr", &OptimizerConfig::lr, "Peak learning rate.").at_least(0);
     b.add("betas", &OptimizerConfig::betas, "Adam beta1 and beta2, each in [0, 1).").size(2).at_least(0).below(1);
     b.add("eps", &OptimizerConfig::eps, "Adam epsilon.").above(0);
@@ -123,11 +133,9 @@ std::vector<Section> build_schema() {
   {
     SectionBuilder<LrScheduleConfig> b(s, "lr_schedule", "Learning-rate schedule.", &Config::lr_schedule);
     b.add("type", &LrScheduleConfig::type,
-          "\"constant\", \"cosine\" or \"linear\" decay to min_lr after the warm-up.")
-        .one_of({"constant", "cosine", "linear"});
+          "\"constant\", \"cosine\" or \"linear\" decay to min_lr after the warm-up.");
     b.add("warmup_num_steps", &LrScheduleConfig::warmup_num_steps, "Steps of learning-rate warm-up.").at_least(0);
-    b.add("warmup_type", &LrScheduleConfig::warmup_type, "Warm-up curve, \"linear\" or \"log\" (DeepSpeed WarmupLR).")
-        .one_of({"linear", "log"});
+    b.add("warmup_type", &LrScheduleConfig::warmup_type, "Warm-up curve, \"linear\" or \"log\" (DeepSpeed WarmupLR).");
     b.add("warmup_min_lr", &LrScheduleConfig::warmup_min_lr, "Learning rate at the start of the warm-up.")
         .at_least(0);
     b.add("min_lr", &LrScheduleConfig::min_lr, "Learning rate at the end of the decay.").at_least(0);
@@ -153,8 +161,7 @@ std::vector<Section> build_schema() {
   {
     SectionBuilder<OffloadConfig> b(s, "offload", "Optimizer offload (DeepSpeed offload_optimizer names).",
                                     &Config::offload);
-    b.add("device", &OffloadConfig::device, "\"cpu\": optimizer state and step on the host; \"none\": on the device.")
-        .one_of({"cpu", "none"});
+    b.add("device", &OffloadConfig::device, "\"cpu\": optimizer state and step on the host; \"none\": on the device.");
     b.add("pin_memory", &OffloadConfig::pin_memory, "Page-locked host buffers for device transfers (GPU runs).");
     b.add("ratio", &OffloadConfig::ratio,
           "Share of sub-groups stepped on the CPU; the rest (those whose gradients arrive last) on the device.")
@@ -193,22 +200,17 @@ std::vector<Section> build_schema() {
   }
   {
     SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);
-    b.add("level", &LoggingConfig::level, "\"trace\", \"debug\", \"info\", \"warning\" or \"error\" (--log-level).")
-        .one_of({"trace", "debug", "info", "warning", "error"});
+    b.add("level", &LoggingConfig::level, "\"trace\", \"debug\", \"info\", \"warning\" or \"error\" (--log-level).");
     b.add("console", &LoggingConfig::console,
-          "\"rank0\": only rank 0 on the console (errors from all); \"all\": every rank.")
-        .one_of({"rank0", "all"});
+          "\"rank0\": only rank 0 on the console (errors from all); \"all\": every rank.");
     b.add("log_every_steps", &LoggingConfig::log_every_steps, "Print the step line every N steps.").at_least(1);
   }
   {
     SectionBuilder<RuntimeConfig> b(s, "runtime", "Devices, communication and process placement.", &Config::runtime);
-    b.add("device", &RuntimeConfig::device, "\"auto\" (CUDA when a GPU is visible), \"cpu\" or \"cuda\".")
-        .one_of({"auto", "cpu", "cuda"});
-    b.add("comm_backend", &RuntimeConfig::comm_backend, "\"auto\" (NCCL on CUDA, MPI on CPU), \"mpi\" or \"nccl\".")
-        .one_of({"auto", "mpi", "nccl"});
+    b.add("device", &RuntimeConfig::device, "\"auto\" (CUDA when a GPU is visible), \"cpu\" or \"cuda\".");
+    b.add("comm_backend", &RuntimeConfig::comm_backend, "\"auto\" (NCCL on CUDA, MPI on CPU), \"mpi\" or \"nccl\".");
     b.add("bind", &RuntimeConfig::bind,
-          "\"auto\": bind each rank to cores near its GPU (a launcher binding is kept); \"none\": no binding.")
-        .one_of({"auto", "none"});
+          "\"auto\": bind each rank to cores near its GPU (a launcher binding is kept); \"none\": no binding.");
     b.add("peak_tflops", &RuntimeConfig::peak_tflops,
           "Peak dense TFLOPS per device for MFU; 0: from the GPU model (H100/GH200 bf16).")
         .at_least(0);

@@ -5,7 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 namespace {

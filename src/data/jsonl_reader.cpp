@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

@@ -9,7 +9,7 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

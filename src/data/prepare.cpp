@@ -5,10 +5,10 @@
 
 #include "data/jsonl_reader.hpp"
 #include "data/tokenizer.hpp"
-#include "runtime/check_mpi.hpp"
-#include "runtime/error.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/timer.hpp"
+#include "cluster/check_mpi.hpp"
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::data {
 namespace {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 namespace {
@@ -35,11 +35,15 @@ void append(std::vector<uint32_t>& tokens, std::vector<uint8_t>& mask, const std
 
 }  // namespace
 
-std::string resolve_data_format(const config::DataConfig& data) {
+config::DataFormat resolve_data_format(const config::DataConfig& data) {
+  using config::DataFormat;
   const std::filesystem::path path(data.path);
   const auto extension = path.extension().string();
-  if (data.format == "hdf5" || (data.format == "auto" && (extension == ".h5" || extension == ".hdf5"))) return "hdf5";
-  if (data.format != "auto") return data.format;
+  if (data.format == DataFormat::hdf5 ||
+      (data.format == DataFormat::automatic && (extension == ".h5" || extension == ".hdf5"))) {
+    return DataFormat::hdf5;
+  }
+  if (data.format != DataFormat::automatic) return data.format;
   std::ifstream in(path);
   SO_CHECK(in, "cannot open the dataset " << data.path << hint("check [data] path"));
   std::string line;
@@ -54,8 +58,8 @@ std::string resolve_data_format(const config::DataConfig& data) {
       SO_FAIL(data.path << ":" << number << ": not valid JSON (" << e.what() << ")"
                         << hint("[data] path must be an HDF5 file (.h5) or JSON Lines, one object per line"));
     }
-    if (record.is_object() && record.contains("instruction")) return "alpaca";
-    if (record.is_object() && record.contains("text")) return "jsonl";
+    if (record.is_object() && record.contains("instruction")) return DataFormat::alpaca;
+    if (record.is_object() && record.contains("text")) return DataFormat::jsonl;
     SO_FAIL(data.path << ":" << number << ": the first record has neither \"text\" nor \"instruction\""
                       << hint("use {\"text\": ...} documents or {\"instruction\", \"input\", \"output\"} records, or "
                               "set [data] format"));

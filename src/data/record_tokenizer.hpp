@@ -18,9 +18,13 @@ class Tokenizer;
 
 enum class RecordFormat { text, alpaca };
 
-// The format of [data] path: "hdf5" for .h5/.hdf5 files, else "jsonl" or "alpaca" (for
-// "auto", from the first record's fields). Throws naming the file and what was found.
-std::string resolve_data_format(const config::DataConfig& data);
+// The format of [data] path: hdf5 for .h5/.hdf5 files, else jsonl or alpaca (for "auto",
+// from the first record's fields); never automatic. Throws naming the file and what was found.
+config::DataFormat resolve_data_format(const config::DataConfig& data);
+// How records of a JSON Lines format are tokenized.
+inline RecordFormat record_format(config::DataFormat format) {
+  return format == config::DataFormat::alpaca ? RecordFormat::alpaca : RecordFormat::text;
+}
 
 struct TokenizedRecord {
   std::vector<uint32_t> tokens;

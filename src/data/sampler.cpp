@@ -4,7 +4,7 @@
 #include <numeric>
 #include <random>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "io/hdf5_file.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

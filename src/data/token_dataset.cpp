@@ -3,7 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/error.hpp"
+#include "model/labels.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 
@@ -33,7 +34,7 @@ void TokenDataset::sample(int64_t index, int64_t* inputs, int64_t* labels) const
   for (int64_t j = 0; j < seq_len_; ++j) {
     const auto next = static_cast<size_t>(begin + j + 1);
     inputs[j] = tokens[next - 1];
-    labels[j] = mask.empty() || mask[next] != 0 ? static_cast<int64_t>(tokens[next]) : -100;
+    labels[j] = mask.empty() || mask[next] != 0 ? static_cast<int64_t>(tokens[next]) : model::kIgnoreLabel;
   }
 }
 

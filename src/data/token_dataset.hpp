@@ -1,7 +1,7 @@
 // Training samples over TokenArrays: a stream of documents is cut into samples of
 // seq_len + 1 tokens; fixed-length rows are taken one per sample (their first seq_len + 1
 // tokens), with `loss_mask` 0 marking tokens that are no target (prompt, padding). A sample
-// yields inputs [seq_len] and labels [seq_len] (the next tokens, -100 where masked).
+// yields inputs [seq_len] and labels [seq_len] (the next tokens, model::kIgnoreLabel where masked).
 #pragma once
 
 #include <cstdint>

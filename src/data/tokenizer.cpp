@@ -8,7 +8,7 @@
 
 #include "data/byte_level_bpe.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::data {
 

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/check_mpi.hpp"
-#include "runtime/check_sys.hpp"
-#include "runtime/error.hpp"
+#include "cluster/check_mpi.hpp"
+#include "base/check_sys.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::io {
 

@@ -7,7 +7,7 @@
 
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::io {
 

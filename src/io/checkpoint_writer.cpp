@@ -5,9 +5,9 @@
 
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
-#include "runtime/check_mpi.hpp"
-#include "runtime/error.hpp"
-#include "runtime/timer.hpp"
+#include "cluster/check_mpi.hpp"
+#include "base/error.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::io {
 

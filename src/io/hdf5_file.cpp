@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runtime/check_hdf5.hpp"
+#include "io/check_hdf5.hpp"
 
 namespace superoffload::io {
 

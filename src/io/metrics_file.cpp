@@ -5,8 +5,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "runtime/check_hdf5.hpp"
-#include "runtime/error.hpp"
+#include "io/check_hdf5.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::io {
 

@@ -4,7 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -19,6 +19,13 @@ uint64_t fnv1a(const std::string& text) {
 }
 
 }  // namespace
+
+at::Tensor next_token_labels(const at::Tensor& tokens) {
+  const int64_t seq = tokens.size(1);
+  auto labels = at::full_like(tokens, kIgnoreLabel);
+  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
+  return labels;
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Layer::hf_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -36,10 +43,10 @@ LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labe
     const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
     const auto logits = forward(hidden.narrow(1, start, length), context).to(at::kFloat);
     const auto chunk_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), chunk_labels, {},
-                                                   at::Reduction::Sum, -100);
+                                                   at::Reduction::Sum, kIgnoreLabel);
     if (each) each(chunk_loss);
     total.sum = total.sum + chunk_loss.detach();
-    total.tokens += chunk_labels.ne(-100).sum().item<int64_t>();
+    total.tokens += chunk_labels.ne(kIgnoreLabel).sum().item<int64_t>();
   }
   return total;
 }

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::model {
 

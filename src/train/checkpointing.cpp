@@ -12,12 +12,12 @@
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
-#include "runtime/build_info.hpp"
-#include "runtime/check_mpi.hpp"
-#include "runtime/error.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/timer.hpp"
+#include "train/build_info.hpp"
+#include "cluster/check_mpi.hpp"
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::train {
 
@@ -47,9 +47,9 @@ std::string shape_text(const nlohmann::json& shape) {
 
 }  // namespace
 
-TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, OptimizerAccess optimizer,
+TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
                                          const runtime::MpiWorld& world, nlohmann::json model)
-    : config_(config), engine_(engine), optimizer_(std::move(optimizer)), world_(world), model_(std::move(model)),
+    : config_(config), engine_(engine), optimizer_(optimizer), world_(world), model_(std::move(model)),
       root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
 
 void TrainingCheckpoints::save(const TrainingPosition& position, bool background) {
@@ -58,7 +58,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
   background = background && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
   const double copy_start_s = runtime::now_s();
   auto& layers = engine_.layers();
-  std::vector<zero::ShardState> states;  // keeps the host copies alive while they are written
+  std::vector<optim::ShardState> states;  // keeps the host copies alive while they are written
   std::vector<io::ShardView> views;
   nlohmann::json layout = nlohmann::json::array();
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -177,7 +177,7 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& layout = layers[l].layout();
     const int64_t begin = layout.shard_begin(rank), count = layout.shard_numel();
-    zero::ShardState state;
+    optim::ShardState state;
     for (auto [field, tensor] : {std::pair{"master", &state.master}, std::pair{"exp_avg", &state.exp_avg},
                                  std::pair{"exp_avg_sq", &state.exp_avg_sq}}) {
       *tensor = at::empty({count}, at::kFloat);

@@ -16,7 +16,7 @@
 #include "config/config.hpp"
 #include "data/sampler.hpp"
 #include "zero/engine.hpp"
-#include "zero/shard_state.hpp"
+#include "optim/optimizer.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;
@@ -31,16 +31,10 @@ struct TrainingPosition {
   int64_t skipped_steps = 0;
 };
 
-// How the checkpoint code reaches the optimizer in use.
-struct OptimizerAccess {
-  std::function<zero::ShardState(size_t layer)> export_layer;
-  std::function<void(size_t layer, const zero::ShardState&)> import_layer;
-};
-
 class TrainingCheckpoints {
  public:
   // `model` describes the model in the manifest (path, architecture, plugin, parameters).
-  TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, OptimizerAccess optimizer,
+  TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
                       const runtime::MpiWorld& world, nlohmann::json model);
 
   std::filesystem::path root() const { return root_; }
@@ -62,7 +56,7 @@ class TrainingCheckpoints {
   void check_model_matches(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
   const config::Config& config_;
   zero::ZeroEngine& engine_;
-  OptimizerAccess optimizer_;
+  optim::Optimizer& optimizer_;
   const runtime::MpiWorld& world_;
   nlohmann::json model_;
   std::filesystem::path root_;

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::train {
 
@@ -88,7 +88,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double working = tokens * (10 * h + 3 * i) * compute_bytes;
   const double logits = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working + logits;
-  const bool offloaded = cfg.offload.device == "cpu";
+  const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu;
   const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);

@@ -6,25 +6,66 @@
 #include <filesystem>
 
 #include "io/metrics_file.hpp"
-#include "runtime/check_mpi.hpp"
-#include "runtime/mpi_world.hpp"
+#include "cluster/check_mpi.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace superoffload::train {
 
 namespace {
 
-const std::vector<std::string> kTrainColumns = {
-    "step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "tflops", "mfu", "skipped", "rollbacks",
-    "forward_s", "backward_s", "gather_wait_s", "reduce_s", "d2h_s", "cpu_step_s", "device_step_s", "h2d_s",
-    "optimizer_wait_s", "rollback_s", "host_peak_rss_bytes", "peak_gathered_elements"};
-// Per rank, for straggler analysis: [steps, world] each.
-const std::vector<std::string> kRankColumns = {"step_time_s", "forward_s", "backward_s", "gather_wait_s", "reduce_s",
-                                               "optimizer_s"};
-
 double peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+// A metrics.h5 column: its name and how a step record gives its value.
+struct Column {
+  const char* name;
+  double (*value)(const StepRecord&);
+};
+
+// /train: one row per step, written by rank 0.
+const Column kTrainColumns[] = {
+    {"step", [](const StepRecord& r) { return static_cast<double>(r.step); }},
+    {"loss", [](const StepRecord& r) { return r.loss; }},
+    {"lr", [](const StepRecord& r) { return r.lr; }},
+    {"grad_norm", [](const StepRecord& r) { return r.grad_norm; }},
+    {"step_time_s", [](const StepRecord& r) { return r.step_time_s; }},
+    {"tokens_per_s", [](const StepRecord& r) { return r.tokens_per_s; }},
+    {"tflops", [](const StepRecord& r) { return r.tflops; }},
+    {"mfu", [](const StepRecord& r) { return r.mfu; }},
+    {"skipped", [](const StepRecord& r) { return r.skipped ? 1.0 : 0.0; }},
+    {"rollbacks", [](const StepRecord& r) { return static_cast<double>(r.rollbacks); }},
+    {"forward_s", [](const StepRecord& r) { return r.engine.forward_s; }},
+    {"backward_s", [](const StepRecord& r) { return r.engine.backward_s; }},
+    {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
+    {"reduce_s", [](const StepRecord& r) { return r.engine.reduce_s; }},
+    {"d2h_s", [](const StepRecord& r) { return r.optimizer.d2h_s; }},
+    {"cpu_step_s", [](const StepRecord& r) { return r.optimizer.cpu_step_s; }},
+    {"device_step_s", [](const StepRecord& r) { return r.optimizer.device_step_s; }},
+    {"h2d_s", [](const StepRecord& r) { return r.optimizer.h2d_s; }},
+    {"optimizer_wait_s", [](const StepRecord& r) { return r.optimizer.wait_s; }},
+    {"rollback_s", [](const StepRecord& r) { return r.optimizer.rollback_s; }},
+    {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
+    {"peak_gathered_elements", [](const StepRecord& r) { return static_cast<double>(r.peak_gathered_elements); }},
+};
+
+// /ranks: every rank's value, [steps, world] each, for straggler analysis.
+const Column kRankColumns[] = {
+    {"step_time_s", [](const StepRecord& r) { return r.step_time_s; }},
+    {"forward_s", [](const StepRecord& r) { return r.engine.forward_s; }},
+    {"backward_s", [](const StepRecord& r) { return r.engine.backward_s; }},
+    {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
+    {"reduce_s", [](const StepRecord& r) { return r.engine.reduce_s; }},
+    {"optimizer_s", [](const StepRecord& r) { return r.optimizer.total(); }},
+};
+
+template <size_t N>
+std::vector<std::string> names(const Column (&columns)[N]) {
+  std::vector<std::string> out;
+  for (const auto& c : columns) out.emplace_back(c.name);
+  return out;
 }
 
 }  // namespace
@@ -34,7 +75,7 @@ MetricsRecorder::MetricsRecorder(const config::Config& config, const runtime::Mp
     : config_(config), world_(world) {
   if (config_.metrics.enabled && world_.rank() == 0) {
     file_ = std::make_unique<io::MetricsFile>(
-        (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), kTrainColumns, kRankColumns,
+        (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
         world_.size(), keep_through_step, attributes);
   }
 }
@@ -43,25 +84,21 @@ MetricsRecorder::~MetricsRecorder() = default;
 
 void MetricsRecorder::record(const StepRecord& r) {
   if (!config_.metrics.enabled) return;
-  const auto& o = r.offload;
-  const double optimizer_s = o.d2h_s + o.cpu_step_s + o.device_step_s + o.h2d_s + o.wait_s + o.rollback_s;
-  const double mine[] = {r.step_time_s, r.engine.forward_s, r.engine.backward_s, r.engine.gather_wait_s,
-                         r.engine.reduce_s, optimizer_s};
-  constexpr int columns = sizeof mine / sizeof mine[0];
+  std::vector<double> mine;
+  for (const auto& c : kRankColumns) mine.push_back(c.value(r));
+  const int columns = static_cast<int>(mine.size());
   const int world = world_.size();
   std::vector<double> gathered(static_cast<size_t>(columns * world));
-  SO_CHECK_MPI(MPI_Gather(mine, columns, MPI_DOUBLE, gathered.data(), columns, MPI_DOUBLE, 0, world_.world()));
+  SO_CHECK_MPI(MPI_Gather(mine.data(), columns, MPI_DOUBLE, gathered.data(), columns, MPI_DOUBLE, 0, world_.world()));
   if (!file_) return;
   // Rank-major from the gather; the file wants column-major (a [world] row per column).
   std::vector<double> by_column(gathered.size());
   for (int k = 0; k < world; ++k) {
     for (int c = 0; c < columns; ++c) by_column[static_cast<size_t>(c * world + k)] = gathered[static_cast<size_t>(k * columns + c)];
   }
-  file_->append({static_cast<double>(r.step), r.loss, r.lr, r.grad_norm, r.step_time_s, r.tokens_per_s, r.tflops, r.mfu,
-                 r.skipped ? 1.0 : 0.0, static_cast<double>(r.rollbacks), r.engine.forward_s, r.engine.backward_s,
-                 r.engine.gather_wait_s, r.engine.reduce_s, o.d2h_s, o.cpu_step_s, o.device_step_s, o.h2d_s, o.wait_s,
-                 o.rollback_s, peak_rss_bytes(), static_cast<double>(r.peak_gathered_elements)},
-                by_column);
+  std::vector<double> row;
+  for (const auto& c : kTrainColumns) row.push_back(c.value(r));
+  file_->append(row, by_column);
   if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) file_->flush();
 }
 

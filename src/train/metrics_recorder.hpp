@@ -8,7 +8,7 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "offload/offload_optimizer.hpp"
+#include "optim/optimizer.hpp"
 #include "zero/engine.hpp"
 
 namespace superoffload::io {
@@ -26,7 +26,7 @@ struct StepRecord {
   bool skipped = false;
   int64_t rollbacks = 0;
   zero::PhaseTimes engine;
-  offload::OffloadTimes offload;
+  optim::OptimizerTimes optimizer;
   int64_t peak_gathered_elements = 0;
 };
 

@@ -1,13 +1,13 @@
-// The step loop of `superoffload train`: data → ZeRO-3 engine → optimizer, with the LR
-// schedule, gradient clipping, non-finite-step skipping, the per-step log line (rank 0) and
-// a timing summary at the end.
+// `superoffload train`: sets up the model, engine, optimizer, data, checkpoints and metrics,
+// then loops over train/step.hpp's step with the LR schedule, the per-step log line (rank 0),
+// periodic and preemption checkpoints, and a timing summary at the end.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
-#include "runtime/binding.hpp"
+#include "cluster/binding.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;
@@ -26,9 +26,11 @@ struct TrainSummary {
   int stop_signal = 0;      // the run stopped early on this signal, after a checkpoint
 };
 
-// `resume`: "" (start fresh, unless [checkpoint] auto_resume finds `latest`), "latest" or a
-// checkpoint directory.
+// `binding_table`: the start-up binding report (stored with the metrics). `resume`: ""
+// (start fresh, unless [checkpoint] auto_resume finds `latest`), "latest" or a checkpoint
+// directory.
 TrainSummary run_training(const config::Config& config, const runtime::MpiWorld& world,
-                          const runtime::RankBinding& binding, const std::string& resume = {});
+                          const runtime::RankBinding& binding, const std::vector<std::string>& binding_table,
+                          const std::string& resume = {});
 
 }  // namespace superoffload::train

@@ -2,8 +2,8 @@
 #include "zero/communicator_factory.hpp"
 
 #include "comm/mpi_communicator.hpp"
-#include "runtime/build_config.hpp"
-#include "runtime/error.hpp"
+#include "base/build_config.hpp"
+#include "base/error.hpp"
 
 #if SUPEROFFLOAD_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -13,15 +13,15 @@
 
 namespace superoffload::zero {
 
-std::unique_ptr<comm::Communicator> make_communicator(const std::string& backend, at::Device device, MPI_Comm comm) {
+std::unique_ptr<comm::Communicator> make_communicator(config::CommBackend backend, at::Device device, MPI_Comm comm) {
+  using config::CommBackend;
   const bool cuda = device.is_cuda();
-  const std::string chosen = backend == "auto" ? (cuda ? "nccl" : "mpi") : backend;
-  if (chosen == "mpi") {
+  const auto chosen = backend == CommBackend::automatic ? (cuda ? CommBackend::nccl : CommBackend::mpi) : backend;
+  if (chosen == CommBackend::mpi) {
     SO_CHECK(!cuda, "[runtime] comm_backend = \"mpi\" cannot work on GPU buffers (device " << device.str() << ")"
                                                                                          << hint("use comm_backend = \"nccl\" or \"auto\""));
     return std::make_unique<comm::MpiCommunicator>(comm);
   }
-  SO_CHECK(chosen == "nccl", "unknown [runtime] comm_backend \"" << backend << "\" (auto, mpi or nccl)");
   SO_CHECK(cuda, "[runtime] comm_backend = \"nccl\" needs a CUDA device, but the engine runs on " << device.str()
                                                                                             << hint("use comm_backend = \"mpi\" or \"auto\" on the CPU"));
 #if SUPEROFFLOAD_WITH_CUDA

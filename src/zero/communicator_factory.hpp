@@ -10,10 +10,11 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "config/choices.hpp"
 
 namespace superoffload::zero {
 
-// `backend` is "auto", "mpi" or "nccl". Throws with a hint when the combination cannot work.
-std::unique_ptr<comm::Communicator> make_communicator(const std::string& backend, at::Device device, MPI_Comm comm);
+// Throws with a hint when the combination cannot work.
+std::unique_ptr<comm::Communicator> make_communicator(config::CommBackend backend, at::Device device, MPI_Comm comm);
 
 }  // namespace superoffload::zero

@@ -7,8 +7,8 @@
 
 #include <tuple>
 
-#include "runtime/error.hpp"
-#include "runtime/timer.hpp"
+#include "base/error.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::zero {
 using runtime::now_s;
@@ -176,11 +176,8 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   return result;
 }
 
-MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
-  torch::NoGradGuard no_grad;
+at::Tensor ZeroEngine::forward_blocks(const at::Tensor& tokens, const model::BatchContext& context) {
   const size_t head = layers_.size() - 1;
-  std::vector<at::Tensor> aux;
-  const auto context = context_for(tokens, &aux);
   at::Tensor x = tokens;
   for (size_t i = 0; i < head; ++i) {
     gather(i);
@@ -189,6 +186,26 @@ MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Te
     release(i);
   }
   gather(head);
+  return x;
+}
+
+at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> aux;
+  const auto context = context_for(tokens, &aux);
+  const auto hidden = forward_blocks(tokens, context);
+  const size_t head = layers_.size() - 1;
+  auto logits = layers_[head].layer().forward(hidden, context).to(at::kFloat);
+  release(head);
+  return logits;
+}
+
+MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const size_t head = layers_.size() - 1;
+  std::vector<at::Tensor> aux;
+  const auto context = context_for(tokens, &aux);
+  const auto x = forward_blocks(tokens, context);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
   const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
   release(head);

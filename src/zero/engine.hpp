@@ -61,7 +61,7 @@ class ZeroEngine {
              const std::function<void(size_t)>& materialize = nullptr);
 
   // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
-  // -100 where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens
+  // model::kIgnoreLabel where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens
   // of the global batch); MoE load-balancing losses by `aux_scale` (1 / micro-batches of the
   // global batch, so that each forward's loss counts once in their mean). Gradients accumulate
   // in the fp32 shards until zero_grad(). `last_micro_batch`: gradient-ready callbacks fire as
@@ -70,6 +70,8 @@ class ZeroEngine {
                                     double aux_scale, bool last_micro_batch);
   // Loss without gradients (evaluation).
   MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
+  // fp32 logits [batch, seq, vocab] without gradients (evaluation; the whole batch at once).
+  at::Tensor forward_logits(const at::Tensor& tokens);
 
   void zero_grad();
   // sqrt of the sum of squares of every rank's gradient shards (one all-reduce, in fp64);
@@ -78,6 +80,7 @@ class ZeroEngine {
   std::vector<PartitionedLayer>& layers() { return layers_; }
   const model::CausalLM& model() const { return *model_; }
   comm::Communicator& comm() { return comm_; }
+  at::Device device() const { return options_.device; }
   const ParameterMemory& memory() const { return memory_; }
   const PhaseTimes& times() const { return times_; }
   void reset_times() { times_ = {}; }
@@ -92,6 +95,8 @@ class ZeroEngine {
   void release(size_t i);
   void account();
   model::BatchContext context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const;
+  // Without gradients: the blocks' output (the head's input), the head left gathered.
+  at::Tensor forward_blocks(const at::Tensor& tokens, const model::BatchContext& context);
 
   std::shared_ptr<model::CausalLM> model_;
   comm::Communicator& comm_;

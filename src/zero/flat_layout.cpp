@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::zero {
 

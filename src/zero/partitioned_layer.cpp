@@ -3,7 +3,7 @@
 
 #include <torch/autograd.h>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::zero {
 

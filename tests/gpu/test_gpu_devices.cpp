@@ -2,9 +2,9 @@
 // the ones compiled against, and a rank is bound near its GPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-#include "runtime/binding_plan.hpp"
-#include "runtime/gpu_devices.hpp"
-#include "runtime/topology.hpp"
+#include "cluster/binding_plan.hpp"
+#include "cluster/gpu_devices.hpp"
+#include "cluster/topology.hpp"
 
 namespace so = superoffload::runtime;
 

@@ -2,10 +2,10 @@
 // takes once checkpoints exist). Usage: export_roundtrip IN_DIR OUT_DIR DTYPE MAX_SHARD_SIZE
 #include <iostream>
 
-#include "model/export_hf.hpp"
-#include "model/load_model.hpp"
-#include "model/safetensors.hpp"
-#include "runtime/logging.hpp"
+#include "model_io/export_hf.hpp"
+#include "model_io/load_model.hpp"
+#include "model_io/safetensors.hpp"
+#include "base/logging.hpp"
 
 int main(int argc, char** argv) {
   namespace m = superoffload::model;
@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   }
   superoffload::log::init(superoffload::log::Level::warning);
   try {
-    auto loaded = m::load_model(argv[1], "auto", "pretrained", 0);
+    auto loaded = m::load_model(argv[1], "auto", superoffload::config::InitMode::pretrained, 0);
     m::export_hf(*loaded.model, argv[1], argv[2], {argv[3], m::parse_byte_size(argv[4])});
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";

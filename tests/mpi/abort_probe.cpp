@@ -5,10 +5,10 @@
 
 #include <optional>
 
-#include "runtime/error.hpp"
-#include "runtime/job_exit.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "base/error.hpp"
+#include "cluster/job_exit.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;
 

@@ -5,8 +5,8 @@
 
 #include <optional>
 
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;
 

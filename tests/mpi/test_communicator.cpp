@@ -10,7 +10,7 @@
 
 #include "comm/bf16.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "runtime/mpi_world.hpp"
+#include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;
 extern so::runtime::MpiWorld* g_world;

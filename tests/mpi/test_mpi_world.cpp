@@ -6,12 +6,12 @@
 
 #include <map>
 
-#include "runtime/binding.hpp"
-#include "runtime/check_mpi.hpp"
-#include "runtime/compute_threads.hpp"
-#include "runtime/cpu_set.hpp"
-#include "runtime/mpi_world.hpp"
-#include "runtime/topology.hpp"
+#include "cluster/binding.hpp"
+#include "cluster/check_mpi.hpp"
+#include "cluster/compute_threads.hpp"
+#include "cluster/cpu_set.hpp"
+#include "cluster/mpi_world.hpp"
+#include "cluster/topology.hpp"
 
 namespace so = superoffload::runtime;
 extern so::MpiWorld* g_world;

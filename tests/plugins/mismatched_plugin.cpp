@@ -16,6 +16,7 @@ extern "C" __attribute__((visibility("default"))) const superoffload_plugin_desc
       SUPEROFFLOAD_PLUGIN_ABI_VERSION,
 #endif
       sizeof(superoffload_plugin_descriptor),
+      SUPEROFFLOAD_PLUGIN_ABI_TAG,
       "mismatched",
       "0.0.1",
 #ifdef MISMATCH_TORCH

@@ -5,10 +5,10 @@
 #include <map>
 #include <set>
 
-#include "runtime/binding_plan.hpp"
-#include "runtime/cpu_set.hpp"
-#include "runtime/error.hpp"
-#include "runtime/topology.hpp"
+#include "cluster/binding_plan.hpp"
+#include "cluster/cpu_set.hpp"
+#include "base/error.hpp"
+#include "cluster/topology.hpp"
 
 namespace so = superoffload::runtime;
 

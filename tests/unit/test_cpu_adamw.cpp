@@ -11,10 +11,10 @@
 #include <hwy/targets.h>
 
 #include "comm/bf16.hpp"
-#include "offload/cpu_adamw.hpp"
-#include "offload/thread_pool.hpp"
+#include "optim/cpu_adamw.hpp"
+#include "optim/thread_pool.hpp"
 
-namespace o = superoffload::offload;
+namespace o = superoffload::optim;
 
 namespace {
 

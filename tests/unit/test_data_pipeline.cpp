@@ -13,7 +13,7 @@
 #include "data/record_tokenizer.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace d = superoffload::data;
 namespace fs = std::filesystem;
@@ -174,13 +174,13 @@ TEST_F(DataPipeline, BadRecordsNameFileAndLine) {
 
 TEST_F(DataPipeline, FormatIsDetectedFromTheFirstRecord) {
   data_.path = write("a.jsonl", "\n{\"instruction\": \"i\", \"output\": \"o\"}\n");
-  EXPECT_EQ(d::resolve_data_format(data_), "alpaca");
+  EXPECT_EQ(d::resolve_data_format(data_), superoffload::config::DataFormat::alpaca);
   data_.path = write("t.jsonl", "{\"text\": \"t\"}\n");
-  EXPECT_EQ(d::resolve_data_format(data_), "jsonl");
+  EXPECT_EQ(d::resolve_data_format(data_), superoffload::config::DataFormat::jsonl);
   data_.path = write("x.jsonl", "{\"prompt\": \"t\"}\n");
   EXPECT_THROW(d::resolve_data_format(data_), superoffload::Error);
   data_.path = "whatever.h5";
-  EXPECT_EQ(d::resolve_data_format(data_), "hdf5");
+  EXPECT_EQ(d::resolve_data_format(data_), superoffload::config::DataFormat::hdf5);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(DeepSpeedImport, SuperOffloadExampleImports) {
   EXPECT_EQ(c.zero.stage, 3);
   EXPECT_EQ(c.zero.reduce_bucket_size, 800'000'000);
   EXPECT_EQ(c.zero.sub_group_size, 800'000'000);
-  EXPECT_EQ(c.offload.device, "cpu");
+  EXPECT_EQ(c.offload.device, superoffload::config::OffloadDevice::cpu);
   EXPECT_TRUE(c.offload.pin_memory);
   EXPECT_DOUBLE_EQ(c.offload.ratio, 0.9);
   EXPECT_TRUE(c.offload.super_offload);
@@ -59,7 +59,7 @@ TEST(DeepSpeedImport, SuperOffloadExampleImports) {
 TEST(DeepSpeedImport, ZeroOffloadExampleImports) {
   auto loaded = load_ds("zerooffload_mode.json");
   EXPECT_EQ(loaded.config.zero.sub_group_size, 400'000'000);
-  EXPECT_EQ(loaded.config.offload.device, "cpu");
+  EXPECT_EQ(loaded.config.offload.device, superoffload::config::OffloadDevice::cpu);
   EXPECT_EQ(loaded.warnings.size(), 1u);
 }
 
@@ -69,12 +69,12 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
   EXPECT_EQ(c.training.train_batch_size, 2 * 4 * 2);
   EXPECT_DOUBLE_EQ(c.training.gradient_clipping, 0.5);
   EXPECT_EQ(c.logging.log_every_steps, 5);
-  EXPECT_EQ(c.optimizer.type, "adamw");  // DeepSpeed's "Adam" decouples weight decay by default
+  EXPECT_EQ(c.optimizer.type, superoffload::config::OptimizerType::adamw);  // DeepSpeed's "Adam" decouples weight decay by default
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.9, 0.95}));
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
-  EXPECT_EQ(c.lr_schedule.type, "cosine");
+  EXPECT_EQ(c.lr_schedule.type, superoffload::config::LrScheduleType::cosine);
   EXPECT_EQ(c.lr_schedule.warmup_num_steps, 100);
   EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
   EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10'000);
@@ -93,7 +93,7 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
 TEST(DeepSpeedImport, AdamWithoutDecoupledDecayIsAdam) {
   auto path = write_temp("adam.json", R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
   auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
-  EXPECT_EQ(loaded.config.optimizer.type, "adam");
+  EXPECT_EQ(loaded.config.optimizer.type, superoffload::config::OptimizerType::adam);
   std::filesystem::remove(path);
 }
 

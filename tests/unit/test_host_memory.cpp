@@ -5,10 +5,10 @@
 
 #include <sys/resource.h>
 
-#include "offload/host_memory.hpp"
-#include "runtime/logging.hpp"
+#include "optim/host_memory.hpp"
+#include "base/logging.hpp"
 
-namespace o = superoffload::offload;
+namespace o = superoffload::optim;
 
 TEST(HostMemory, CpuOnlyRunsUsePlainMemory) {
   o::HostMemory memory(false, 1 << 20);

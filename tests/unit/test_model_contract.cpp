@@ -7,8 +7,8 @@
 
 #include <fstream>
 
-#include "model/load_model.hpp"
-#include "runtime/logging.hpp"
+#include "model_io/load_model.hpp"
+#include "base/logging.hpp"
 
 namespace m = superoffload::model;
 
@@ -25,7 +25,7 @@ class ModelContract : public ::testing::Test {
       "num_key_value_heads": 2, "initializer_range": 0.05, "tie_word_embeddings": false})";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::shared_ptr<m::CausalLM> build(uint64_t seed) { return m::load_model(dir_.string(), "auto", "random", seed).model; }
+  std::shared_ptr<m::CausalLM> build(uint64_t seed) { return m::load_model(dir_.string(), "auto", superoffload::config::InitMode::random, seed).model; }
 
   std::filesystem::path dir_;
 };

@@ -6,8 +6,8 @@
 
 #include <fstream>
 
-#include "model/plugin_loader.hpp"
-#include "runtime/error.hpp"
+#include "model_io/plugin_loader.hpp"
+#include "base/error.hpp"
 
 namespace m = superoffload::model;
 
@@ -38,6 +38,14 @@ TEST(PluginLoader, OtherAbiVersionIsRefusedNamingBoth) {
       << c.refusal;
   EXPECT_NE(c.refusal.find("this superoffload uses " + std::to_string(SUPEROFFLOAD_PLUGIN_ABI_VERSION)), std::string::npos)
       << c.refusal;
+}
+
+TEST(PluginLoader, PluginBuiltAgainstOtherHeadersIsRefusedNamingBothTags) {
+  ASSERT_STRNE(TEST_PLUGIN_MODIFIED_TAG, TEST_HOST_ABI_TAG) << "the modified header must change the tag";
+  const auto c = m::probe_plugin(TEST_PLUGIN_HEADERS_MISMATCH);
+  EXPECT_FALSE(c.usable);
+  EXPECT_NE(c.refusal.find("ABI tag " TEST_PLUGIN_MODIFIED_TAG), std::string::npos) << c.refusal;
+  EXPECT_NE(c.refusal.find("this superoffload has " TEST_HOST_ABI_TAG), std::string::npos) << c.refusal;
 }
 
 TEST(PluginLoader, OtherLibTorchIsRefusedNamingBoth) {

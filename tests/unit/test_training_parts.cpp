@@ -43,7 +43,7 @@ TEST(Sampler, DeterministicAndResumableAtTheExactNextBatch) {
 
 TEST(LrSchedule, WarmupThenDecay) {
   superoffload::config::LrScheduleConfig s;
-  s.type = "cosine";
+  s.type = superoffload::config::LrScheduleType::cosine;
   s.warmup_num_steps = 10;
   s.min_lr = 1e-4;
   const t::LrSchedule cosine(s, 1e-3, 110);
@@ -52,9 +52,9 @@ TEST(LrSchedule, WarmupThenDecay) {
   EXPECT_DOUBLE_EQ(cosine.at(10), 1e-3);
   EXPECT_NEAR(cosine.at(60), 1e-4 + 0.9e-3 * 0.5, 1e-15);
   EXPECT_DOUBLE_EQ(cosine.at(110), 1e-4);
-  s.type = "linear";
+  s.type = superoffload::config::LrScheduleType::linear;
   EXPECT_NEAR(t::LrSchedule(s, 1e-3, 110).at(60), 1e-4 + 0.9e-3 * 0.5, 1e-15);
-  s.type = "constant";
+  s.type = superoffload::config::LrScheduleType::constant;
   EXPECT_DOUBLE_EQ(t::LrSchedule(s, 1e-3, 110).at(100), 1e-3);
 }
 

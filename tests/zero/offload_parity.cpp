@@ -1,4 +1,5 @@
-// Under mpirun: the SuperOffload optimizer. Over 30 fp32 steps of a tiny Llama, with
+// Under mpirun: the SuperOffload optimizer inside the training step the trainer runs
+// (train/step.hpp). Over 30 fp32 steps of a tiny Llama, with
 // gradient clipping that triggers and one step whose gradient is made infinite:
 //   - speculative (CPU steps during backward, rollback + replay) and synchronous (after
 //     backward) modes give the same parameters within 1e-6 relative;
@@ -18,15 +19,17 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <optional>
 
-#include "model/load_model.hpp"
-#include "offload/offload_optimizer.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "model_io/load_model.hpp"
+#include "optim/offload_optimizer.hpp"
+#include "optim/sharded_adamw.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 #include "synthetic_batches.hpp"
+#include "train/step.hpp"
 #include "zero/communicator_factory.hpp"
-#include "zero/sharded_adamw.hpp"
 
 namespace so = superoffload;
 
@@ -43,66 +46,49 @@ struct Run {
 enum class Mode { speculative, synchronous, reference };
 
 Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MPI_Comm world) {
-  auto comm = so::zero::make_communicator("auto", device, world);
-  auto loaded = so::model::load_model(dir, "auto", "random", 42);
+  auto comm = so::zero::make_communicator(so::config::CommBackend::automatic, device, world);
+  auto loaded = so::model::load_model(dir, "auto", so::config::InitMode::random, 42);
   so::zero::EngineOptions options;
   options.compute_dtype = at::kFloat;
   options.persistence_threshold = 0;
   options.device = device;
   so::zero::ZeroEngine engine(loaded.model, *comm, options);
-  std::optional<so::offload::OffloadOptimizer> offload;
-  std::optional<so::zero::ShardedAdamW> reference;
+  const so::optim::AdamWSettings adamw{.weight_decay = 0.1, .gradient_clipping = kClip};
+  std::unique_ptr<so::optim::Optimizer> optimizer;
   if (mode == Mode::reference) {
-    reference.emplace(engine, so::zero::AdamWSettings{0.9, 0.999, 1e-8, 0.1, true});
+    optimizer = std::make_unique<so::optim::ShardedAdamW>(engine, adamw);
   } else {
-    so::offload::OffloadSettings s;
-    s.weight_decay = 0.1f;
-    s.sub_group_size = 3000;  // several sub-groups per layer
-    s.ratio = ratio;
-    s.super_offload = mode == Mode::speculative;
-    s.gradient_clipping = kClip;
-    s.threads = 1;
-    offload.emplace(engine, s);
+    optimizer = std::make_unique<so::optim::OffloadOptimizer>(
+        engine, so::optim::OffloadSettings{.adamw = adamw,
+                                           .sub_group_size = 3000,  // several sub-groups per layer
+                                           .ratio = ratio,
+                                           .super_offload = mode == Mode::speculative,
+                                           .threads = 1});
   }
   int step_now = 0;
   // Injection point in front of the optimizer: one step's gradient becomes infinite.
-  engine.on_gradient_ready([&](size_t layer) {
+  const so::train::StepHooks hooks{.before_gradient_ready = [&](size_t layer) {
     if (step_now == kInfStep && layer == engine.layers().size() - 2 && comm->rank() == 0) {
       engine.layers()[layer].grad_shard()[0] = std::numeric_limits<float>::infinity();
     }
-    if (offload) offload->gradient_ready(layer);
-  });
+  }};
   Run run;
   const int world_size = comm->size(), rank = comm->rank();
   for (step_now = 0; step_now < kSteps; ++step_now) {
     auto [tokens, labels] = so::testing::global_batch(step_now, kMicro * kAccumulation * world_size, kSeq);
-    const double total = static_cast<double>(labels.ne(-100).sum().item<int64_t>());
-    engine.zero_grad();
-    if (offload) offload->begin_step(kLr);
+    std::vector<so::train::MicroBatch> batches;
     for (int m = 0; m < kAccumulation; ++m) {
       const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * kMicro;
-      engine.forward_backward(tokens.narrow(0, first, kMicro).to(device), labels.narrow(0, first, kMicro).to(device), 1.0 / total,
-                              1.0 / (kAccumulation * world_size), m + 1 == kAccumulation);
+      batches.push_back({tokens.narrow(0, first, kMicro), labels.narrow(0, first, kMicro)});
     }
-    if (offload) {
-      const auto outcome = offload->finish_step();
-      run.skipped += outcome.skipped;
-      run.clipped += outcome.clipped;
-      run.rolled_back += static_cast<int>(outcome.rolled_back);
-      run.overlapped += static_cast<int>(outcome.speculated_before_backward_end);
-    } else {
-      const double norm = reference->global_grad_norm();
-      if (!std::isfinite(norm)) {
-        ++run.skipped;
-        continue;
-      }
-      if (kClip / (norm + 1e-6) < 1) ++run.clipped;
-      reference->clip_gradients(kClip, norm);
-      reference->step(kLr);
-    }
+    const auto outcome = so::train::run_step(engine, *optimizer, batches, kLr, hooks).outcome;
+    run.skipped += outcome.skipped;
+    run.clipped += outcome.clipped;
+    run.rolled_back += static_cast<int>(outcome.rolled_back);
+    run.overlapped += static_cast<int>(outcome.speculated_before_backward_end);
   }
   for (size_t l = 0; l < engine.layers().size(); ++l) {
-    run.masters.push_back(offload ? offload->master(l) : reference->master(l).to(at::kCPU, false, /*copy=*/true));
+    run.masters.push_back(optimizer->master(l).to(at::kCPU, false, /*copy=*/true));
   }
   return run;
 }

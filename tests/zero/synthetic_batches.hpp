@@ -6,6 +6,8 @@
 
 #include <utility>
 
+#include "model/causal_lm.hpp"
+
 namespace superoffload::testing {
 
 constexpr int64_t kVocab = 61;
@@ -27,9 +29,8 @@ inline std::pair<at::Tensor, at::Tensor> global_batch(int step, int rows, int se
       v = (a[r].item<int64_t>() * v + b[r].item<int64_t>()) % kVocab;
     }
   }
-  auto labels = at::full({rows, seq}, -100, at::kLong);
-  labels.narrow(1, 0, seq - 1).copy_(tokens.narrow(1, 1, seq - 1));
-  labels.narrow(0, 0, 1).narrow(1, 0, 3).fill_(-100);  // a masked prompt in the first row
+  auto labels = model::next_token_labels(tokens);
+  labels.narrow(0, 0, 1).narrow(1, 0, 3).fill_(model::kIgnoreLabel);  // a masked prompt in the first row
   return {tokens, labels};
 }
 

@@ -1,6 +1,6 @@
-// Under mpirun -np N: trains a tiny model with the ZeRO-3 engine (partitioned parameters,
-// layer-by-layer gather/release, checkpointing, reduce-scattered gradients, sharded AdamW)
-// and, on rank 0, with a plain unpartitioned single-process LibTorch loop (same initial
+// Under mpirun -np N: trains a tiny model with the training step the trainer runs
+// (train/step.hpp: the ZeRO-3 engine's partitioned parameters, layer-by-layer gather/release,
+// checkpointing, reduce-scattered gradients, token weighting, clipping, sharded AdamW) and, on rank 0, with a plain unpartitioned single-process LibTorch loop (same initial
 // weights, same micro-batches accumulated in the same order, torch::optim::AdamW,
 // clip_grad_norm_). Compares every step's loss and
 // the final parameters; optionally checks the per-rank parameter memory and bf16 training.
@@ -24,13 +24,14 @@
 #include <optional>
 #include <string>
 
-#include "model/load_model.hpp"
-#include "runtime/logging.hpp"
-#include "runtime/mpi_world.hpp"
+#include "model_io/load_model.hpp"
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 #include "zero/communicator_factory.hpp"
 #include "synthetic_batches.hpp"
 #include "zero/engine.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "optim/sharded_adamw.hpp"
+#include "train/step.hpp"
 
 namespace so = superoffload;
 
@@ -70,9 +71,9 @@ struct EngineRun {
 };
 
 EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType dtype, int steps, MPI_Comm world) {
-  auto communicator = so::zero::make_communicator("auto", o.device, world);
+  auto communicator = so::zero::make_communicator(so::config::CommBackend::automatic, o.device, world);
   auto& comm = *communicator;
-  auto loaded = so::model::load_model(dir, "auto", "random", 42);
+  auto loaded = so::model::load_model(dir, "auto", so::config::InitMode::random, 42);
   EngineRun run;
   run.model_numel = loaded.model->shape().total_parameters;
   so::zero::EngineOptions options;
@@ -84,35 +85,28 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
   options.loss_chunk_tokens = 5;
   options.device = o.device;
   so::zero::ZeroEngine engine(loaded.model, comm, options);
-  so::zero::ShardedAdamW optimizer(engine, {0.9, 0.999, 1e-8, o.weight_decay, true});
-  // The optimizer hook: each layer's shard is announced once per step, on the last
-  // micro-batch, as soon as its reduce-scatter is done, in backward order (head first).
+  so::optim::ShardedAdamW optimizer(
+      engine, {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = o.weight_decay, .gradient_clipping = o.clip});
+  // Each layer's shard is announced once per step, on the last micro-batch, as soon as its
+  // reduce-scatter is done, in backward order (head first).
   std::vector<size_t> ready;
-  engine.on_gradient_ready([&](size_t layer) { ready.push_back(layer); });
+  const so::train::StepHooks hooks{.before_gradient_ready = [&](size_t layer) { ready.push_back(layer); }};
   const int world_size = comm.size(), rank = comm.rank();
   const int rows = o.micro * o.accumulation * world_size;
   for (int step = 0; step < steps; ++step) {
     auto [tokens, labels] = global_batch(step, rows, o.seq);
-    const double total_tokens = static_cast<double>(labels.ne(-100).sum().item<int64_t>());
-    engine.zero_grad();
-    double loss_sum = 0;
+    // This rank's micro-batches: rank r takes rows [(m·N + r)·micro, +micro) of micro-step m.
+    std::vector<so::train::MicroBatch> batches;
     for (int m = 0; m < o.accumulation; ++m) {
       const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * o.micro;
-      const auto r = engine.forward_backward(tokens.narrow(0, first, o.micro).to(o.device),
-                                             labels.narrow(0, first, o.micro).to(o.device),
-                                             1.0 / total_tokens, 1.0 / (o.accumulation * world_size),
-                                             m + 1 == o.accumulation);
-      loss_sum += r.loss_sum;
+      batches.push_back({tokens.narrow(0, first, o.micro), labels.narrow(0, first, o.micro)});
     }
-    comm.all_reduce_host(&loss_sum, 1, so::comm::ReduceOp::sum);
-    run.losses.push_back(loss_sum / total_tokens);
+    const auto result = so::train::run_step(engine, optimizer, batches, o.lr, hooks);
+    run.losses.push_back(result.loss);
     std::vector<size_t> expected(engine.layers().size());
     for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected.size() - 1 - i;
     if (ready != expected) throw std::runtime_error("gradient-ready callbacks out of order or repeated");
     ready.clear();
-    const double norm = optimizer.global_grad_norm();
-    optimizer.clip_gradients(o.clip, norm);
-    optimizer.step(o.lr);
   }
   // Every layer's master weights, gathered to full tensors (through the engine's device:
   // NCCL moves device buffers only).
@@ -133,7 +127,7 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
 
 std::pair<std::vector<double>, std::vector<at::Tensor>> train_reference(const Options& o, const std::string& dir,
                                                                         int world_size) {
-  auto loaded = so::model::load_model(dir, "auto", "random", 42);
+  auto loaded = so::model::load_model(dir, "auto", so::config::InitMode::random, 42);
   auto& layers = loaded.model->layers();
   std::vector<at::Tensor> decay, no_decay, all;
   for (const auto& layer : layers) {

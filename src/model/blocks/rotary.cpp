@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "model/hf_config.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace superoffload::model {
 

@@ -1,0 +1,116 @@
+// The model contract the engine drives. LibTorch C++ modules have no forward hooks, so a
+// model is an explicit, ordered list of layers (embedding, decoder blocks, final norm +
+// head) that the engine gathers, runs and releases one at a time. Parameter names are the
+// HuggingFace names (layer prefix + the module's own names). Installed for plugins.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/labels.hpp"
+
+namespace superoffload::model {
+
+// What a layer may need besides its input, per micro-batch.
+struct BatchContext {
+  at::Tensor position_ids;  // [batch, seq] int64
+  // Mixture-of-experts layers append their weighted load-balancing loss here (may be null).
+  std::vector<at::Tensor>* aux_losses = nullptr;
+};
+
+class Layer : public torch::nn::Module {
+ public:
+  explicit Layer(std::string hf_prefix) : hf_prefix_(std::move(hf_prefix)) {}
+  // Decoder blocks and the head map hidden [batch, seq, hidden] to the same shape (head: to
+  // logits); the embedding takes token ids [batch, seq] int64.
+  virtual at::Tensor forward(const at::Tensor& input, const BatchContext& context) = 0;
+  // Prefix that turns this module's parameter names into HF names ("model.layers.3.").
+  const std::string& hf_prefix() const { return hf_prefix_; }
+  // (HF name, tensor) of this layer's own parameters, in registration order.
+  std::vector<std::pair<std::string, at::Tensor>> hf_parameters() const;
+
+ private:
+  std::string hf_prefix_;
+};
+
+// Labels of plain language modelling: each position predicts the next token; the last
+// position predicts nothing (kIgnoreLabel). tokens [batch, seq] int64.
+at::Tensor next_token_labels(const at::Tensor& tokens);
+
+struct LossSum {
+  at::Tensor sum;      // fp32 scalar: sum of per-token cross-entropy over counted tokens
+  int64_t tokens = 0;  // tokens whose label is not kIgnoreLabel
+};
+
+// The last layer: final norm and LM head.
+class HeadLayer : public Layer {
+ public:
+  using Layer::Layer;
+  // Cross-entropy (labels already shifted, kIgnoreLabel ignored) in fp32, computed over chunks of
+  // `chunk_tokens` sequence positions so fp32 logits of the whole batch never exist at once.
+  LossSum loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens, const BatchContext& context);
+  // Loss and its backward chunk by chunk: head parameters accumulate their gradients, each
+  // chunk's logits are freed before the next, and the gradient w.r.t. `hidden` is returned.
+  // Every token's loss is multiplied by `scale` (e.g. 1 / tokens in the global batch).
+  std::pair<LossSum, at::Tensor> loss_and_backward(const at::Tensor& hidden, const at::Tensor& labels,
+                                                   int64_t chunk_tokens, double scale, const BatchContext& context);
+
+ private:
+  // The chunk loop of both: `each` (if set) gets every chunk's summed loss with its graph.
+  LossSum chunked_loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
+                       const BatchContext& context, const std::function<void(const at::Tensor&)>& each);
+};
+
+// Sizes the trainer needs for FLOPs and MFU.
+struct ModelShape {
+  int64_t num_layers = 0;       // decoder blocks
+  int64_t hidden_size = 0;
+  int64_t vocab_size = 0;
+  int64_t total_parameters = 0;
+  int64_t active_parameters = 0;  // per token: equals total for dense models
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  // Embedding first, head last.
+  virtual const std::vector<std::shared_ptr<Layer>>& layers() const = 0;
+  // Counts the parameters as they are now: call it before a ZeRO engine partitions the model
+  // (partitioned layers hold no full parameters).
+  virtual ModelShape shape() const = 0;
+  virtual bool is_moe() const { return false; }
+  // Parameters shared by two layers (tied embeddings): (owner's HF name, alias HF name).
+  // The alias is not a parameter of its layer and not expected in checkpoints.
+  virtual std::vector<std::pair<std::string, std::string>> tied_parameters() const { return {}; }
+  // HF `initializer_range`: std of the normal initialisation.
+  virtual double initializer_range() const = 0;
+  // HF's base_model_prefix ("transformer." for GPT-2): checkpoints saved from the bare base
+  // model omit it, and loading accepts either form.
+  virtual std::string checkpoint_prefix() const { return "model."; }
+  // Checkpoint tensors that are buffers, not parameters, here (e.g. stored causal masks).
+  virtual bool ignorable_checkpoint_tensor(const std::string& name) const { return false; }
+
+  // Random initialisation without weights: norms 1, biases 0, the rest N(0, initializer_range).
+  // Each tensor's generator is seeded from `seed` and its HF name, so the values do not
+  // depend on layer order, partitioning or world size.
+  void init_parameters(uint64_t seed);
+  // The same for one layer (streaming set-up: layers materialised one at a time).
+  void init_layer_parameters(size_t layer, uint64_t seed);
+  // Forward + backward FLOPs per token, the SuperOffload examples' formula:
+  // c·(2·N + 4·L·h·s) with c = 4 under activation checkpointing, else 3 (N active parameters,
+  // L layers, h hidden size, s sequence length).
+  double flops_per_token(int64_t seq_len, bool activation_checkpointing) const;
+  // Every HF parameter name of the model, in layer order.
+  std::vector<std::string> hf_parameter_names() const;
+  // Elements of the parameters whose HF name contains `name_part` (all when empty), counted
+  // as they are now (before a ZeRO engine partitions the model). For shape() implementations.
+  int64_t parameter_count(const std::string& name_part = {}) const;
+};
+
+}  // namespace superoffload::model

@@ -1,0 +1,55 @@
+// Which cores each rank of a node gets: a pure function of the node's topology, the GPUs
+// and the launcher's binding, so it is tested on synthetic topologies.
+//
+// Rules: a binding the launcher already applied (srun --cpu-bind, mpirun --bind-to) is kept.
+// Otherwise, on GPU nodes a rank uses GPU (local_rank mod visible GPUs) and the cores near
+// it; ranks wanting the same cores split them evenly in contiguous blocks. Without GPUs the
+// node's cores are split evenly among its ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cluster/cpu_set.hpp"
+
+namespace superoffload::runtime {
+
+struct Core {
+  int numa_node = -1;  // OS index of the NUMA node holding it, -1 when unknown
+  CpuSet pus;          // its hardware threads
+};
+
+enum class BindMode { automatic, none };
+enum class BindingSource { superoffload, launcher, none };
+const char* to_string(BindingSource source);
+
+struct BindingRequest {
+  BindMode mode = BindMode::automatic;
+  std::vector<Core> allowed_cores;  // the cores this process may use, in logical order
+  CpuSet current;                   // the CPUs the process is bound to now
+  int local_rank = 0;
+  int local_size = 1;
+  int visible_gpus = 0;
+  std::vector<CpuSet> gpu_locality;  // per visible GPU: the CPUs near it (empty if unknown)
+};
+
+// Phase one, local to the rank: the GPU it drives and the cores it will share with peers.
+struct BindingIntent {
+  BindingSource source = BindingSource::none;
+  int gpu = -1;
+  std::vector<int> candidate_cores;  // indices into allowed_cores
+  std::vector<std::string> notes;    // reasons worth a log line
+};
+BindingIntent decide_binding(const BindingRequest& request);
+
+// Phase two, once every local rank's intent is known: the contiguous, even share of
+// `candidates` for peer `index` of `count`. With more peers than cores, peers share cores
+// (peer i gets core floor(i * cores / peers)).
+std::vector<int> share_of(const std::vector<int>& candidates, int index, int count);
+
+// The CPUs of the given cores.
+CpuSet cpus_of(const std::vector<Core>& cores, const std::vector<int>& indices);
+// How many of `cores` have a hardware thread in `cpus`: the thread count a rank should use.
+int cores_in(const std::vector<Core>& cores, const CpuSet& cpus);
+
+}  // namespace superoffload::runtime

@@ -1,0 +1,39 @@
+// The node's hardware topology through hwloc: allowed cores with their NUMA nodes, the
+// current CPU binding, and binding the process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cluster/binding_plan.hpp"
+
+struct hwloc_topology;
+
+namespace superoffload::runtime {
+
+class Topology {
+ public:
+  // This machine, restricted to what the process may use (cgroups, Slurm allocation).
+  static Topology this_machine();
+  // A synthetic topology, e.g. "package:2 numa:1 core:4 pu:2" (tests).
+  static Topology synthetic(const std::string& description);
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+
+  std::vector<Core> allowed_cores() const;
+  // The CPUs the whole process is bound to now.
+  CpuSet current_binding() const;
+  // Binds the whole process (all its threads, and those it creates) to `cpus`.
+  void bind_process(const CpuSet& cpus) const;
+  // OS indices of the NUMA nodes whose CPUs intersect `cpus`.
+  std::vector<int> numa_nodes_of(const CpuSet& cpus) const;
+  hwloc_topology* raw() const { return topology_; }
+
+ private:
+  explicit Topology(hwloc_topology* topology) : topology_(topology) {}
+  hwloc_topology* topology_ = nullptr;
+};
+
+}  // namespace superoffload::runtime

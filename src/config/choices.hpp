@@ -1,0 +1,80 @@
+// The choice-valued configuration fields: one enum each, and the TOML text of every value.
+// The schema parses the text once (an unknown value is an error naming the key and the
+// allowed values); everything else compares enums, never strings.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace superoffload::config {
+
+enum class InitMode { automatic, pretrained, random };
+enum class DataFormat { automatic, hdf5, jsonl, alpaca };
+enum class OptimizerType { adamw, adam };
+enum class LrScheduleType { constant, cosine, linear };
+enum class WarmupType { linear, log };
+enum class OffloadDevice { cpu, none };
+enum class LogLevel { trace, debug, info, warning, error };
+enum class ConsoleMode { rank0, all };
+enum class DeviceKind { automatic, cpu, cuda };
+enum class CommBackend { automatic, mpi, nccl };
+enum class BindMode { automatic, none };
+
+template <class E>
+struct Choice {
+  E value;
+  std::string_view text;
+};
+
+// Every value of E with its text, in the order the documentation lists them.
+template <class E>
+std::span<const Choice<E>> choices();
+
+#define SUPEROFFLOAD_CHOICES(E, ...)                          \
+  template <>                                                 \
+  inline std::span<const Choice<E>> choices<E>() {            \
+    static constexpr Choice<E> values[] = {__VA_ARGS__};      \
+    return values;                                            \
+  }
+
+SUPEROFFLOAD_CHOICES(InitMode, {InitMode::automatic, "auto"}, {InitMode::pretrained, "pretrained"},
+                     {InitMode::random, "random"})
+SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::hdf5, "hdf5"},
+                     {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"})
+SUPEROFFLOAD_CHOICES(OptimizerType, {OptimizerType::adamw, "adamw"}, {OptimizerType::adam, "adam"})
+SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {LrScheduleType::cosine, "cosine"},
+                     {LrScheduleType::linear, "linear"})
+SUPEROFFLOAD_CHOICES(WarmupType, {WarmupType::linear, "linear"}, {WarmupType::log, "log"})
+SUPEROFFLOAD_CHOICES(OffloadDevice, {OffloadDevice::cpu, "cpu"}, {OffloadDevice::none, "none"})
+SUPEROFFLOAD_CHOICES(LogLevel, {LogLevel::trace, "trace"}, {LogLevel::debug, "debug"}, {LogLevel::info, "info"},
+                     {LogLevel::warning, "warning"}, {LogLevel::error, "error"})
+SUPEROFFLOAD_CHOICES(ConsoleMode, {ConsoleMode::rank0, "rank0"}, {ConsoleMode::all, "all"})
+SUPEROFFLOAD_CHOICES(DeviceKind, {DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"})
+SUPEROFFLOAD_CHOICES(CommBackend, {CommBackend::automatic, "auto"}, {CommBackend::mpi, "mpi"},
+                     {CommBackend::nccl, "nccl"})
+SUPEROFFLOAD_CHOICES(BindMode, {BindMode::automatic, "auto"}, {BindMode::none, "none"})
+
+#undef SUPEROFFLOAD_CHOICES
+
+// The TOML text of a value ("auto" for automatic), for messages and the TOML writer.
+template <class E>
+std::string_view to_text(E value) {
+  for (const auto& c : choices<E>()) {
+    if (c.value == value) return c.text;
+  }
+  return "?";
+}
+
+// The value of a text; false when the text names none (the schema has checked it before).
+template <class E>
+bool from_text(std::string_view text, E& value) {
+  for (const auto& c : choices<E>()) {
+    if (c.text == text) {
+      value = c.value;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace superoffload::config

@@ -1,0 +1,62 @@
+// HF export.
+#include "model_io/export_hf.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model_io/safetensors.hpp"
+#include "model_io/weights.hpp"
+#include "base/error.hpp"
+
+namespace superoffload::model {
+namespace {
+
+// Files a HF model directory carries besides config.json and weights.
+constexpr const char* kSideFiles[] = {"tokenizer.json",         "tokenizer_config.json", "special_tokens_map.json",
+                                      "tokenizer.model",        "vocab.json",            "merges.txt",
+                                      "added_tokens.json",      "generation_config.json", "chat_template.jinja"};
+
+}  // namespace
+
+void export_hf(const CausalLM& model, const std::string& source_dir, const std::string& directory,
+               const ExportOptions& options) {
+  namespace fs = std::filesystem;
+  SO_CHECK(options.dtype == "bf16" || options.dtype == "fp32",
+           "export dtype must be bf16 or fp32, not \"" << options.dtype << "\"");
+  const auto dtype = options.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  fs::create_directories(directory);
+  // Old weights must not mix with the new ones.
+  for (const auto& entry : fs::directory_iterator(directory)) {
+    const auto name = entry.path().filename().string();
+    if (name.ends_with(".safetensors") || name == "model.safetensors.index.json") fs::remove(entry.path());
+  }
+
+  ShardedSafetensorsWriter writer(directory, options.max_shard_bytes);
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    if (options.before_layer) options.before_layer(i);
+    for (const auto& [name, parameter] : model.layers()[i]->hf_parameters()) {
+      const auto tensor = parameter.detach().to(at::kCPU, dtype).contiguous();
+      writer.add({name, dtype_of(dtype), tensor.sizes().vec(), tensor.data_ptr()});
+    }
+    if (options.after_layer) options.after_layer(i);
+  }
+  writer.finish();
+
+  auto config = nlohmann::json::parse(std::ifstream(fs::path(source_dir) / "config.json"));
+  config["torch_dtype"] = options.dtype == "bf16" ? "bfloat16" : "float32";
+  config["dtype"] = config["torch_dtype"];
+  {
+    const auto path = fs::path(directory) / "config.json";
+    std::ofstream(path.string() + ".tmp") << config.dump(2) << "\n";
+    fs::rename(path.string() + ".tmp", path);
+  }
+  for (const char* file : kSideFiles) {
+    const auto from = fs::path(source_dir) / file;
+    if (fs::exists(from) && !fs::equivalent(fs::path(source_dir), fs::path(directory))) {
+      fs::copy_file(from, fs::path(directory) / file, fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
+}  // namespace superoffload::model

@@ -1,0 +1,49 @@
+// Model loading for eval and training.
+#include "model_io/load_model.hpp"
+
+#include <filesystem>
+
+#include "model_io/safetensors.hpp"
+#include "model_io/weights.hpp"
+#include "base/error.hpp"
+#include "base/logging.hpp"
+
+namespace superoffload::model {
+
+LoadedModel load_model(const std::string& directory, const std::string& plugin, config::InitMode init,
+                       uint64_t seed, bool defer) {
+  SO_CHECK(std::filesystem::is_directory(directory),
+           "model directory " << directory << " does not exist" << hint("[model] path / --model must name a HuggingFace model directory"));
+  LoadedModel out{HfConfig::load((std::filesystem::path(directory) / "config.json").string()), {}, nullptr, false};
+  const std::string architecture = out.config.architecture();
+  SO_CHECK(!architecture.empty() || plugin != "auto",
+           out.config.path() << " has no \"architectures\" entry" << hint("set [model] plugin to the plugin to use"));
+  auto registry = PluginRegistry::discover();
+  out.plugin = registry.select(plugin, architecture);
+  out.model = create_model(out.plugin, out.config);
+  SO_LOG(info) << "model " << architecture << " from " << directory << " built by plugin " << out.plugin.name << " "
+               << out.plugin.version << " (" << out.plugin.path << "), " << out.model->shape().total_parameters
+               << " parameters";
+
+  const bool has_weights = SafetensorsCheckpoint::exists_in(directory);
+  if (init == config::InitMode::random || (init == config::InitMode::automatic && !has_weights)) {
+    auto model = out.model;
+    out.materialize = [model, seed](size_t layer) { model->init_layer_parameters(layer, seed); };
+    SO_LOG(info) << "parameters initialised randomly (initializer_range " << out.model->initializer_range() << ", seed "
+                 << seed << ")" << (defer ? ", layer by layer" : "");
+  } else {
+    SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\"");
+    auto checkpoint = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(directory));
+    check_weights(*out.model, *checkpoint);  // every name, before any layer is read
+    auto model = out.model;
+    out.materialize = [model, checkpoint](size_t layer) { load_layer_weights(*model, layer, *checkpoint); };
+    out.pretrained = true;
+  }
+  if (!defer) {
+    for (size_t i = 0; i < out.model->layers().size(); ++i) out.materialize(i);
+    out.materialize = nullptr;
+  }
+  return out;
+}
+
+}  // namespace superoffload::model

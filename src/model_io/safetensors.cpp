@@ -1,0 +1,343 @@
+// safetensors reading (validated, memory-mapped) and writing (atomic, sharded).
+#include "model_io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/check_sys.hpp"
+#include "base/error.hpp"
+
+namespace superoffload::model {
+namespace {
+
+using json = nlohmann::json;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::F64, "F64", 8},   {DType::F32, "F32", 4},   {DType::F16, "F16", 2},        {DType::BF16, "BF16", 2},
+    {DType::I64, "I64", 8},   {DType::I32, "I32", 4},   {DType::I16, "I16", 2},        {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},     {DType::BOOL, "BOOL", 1}, {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
+    {DType::U16, "U16", 2},   {DType::U32, "U32", 4},   {DType::U64, "U64", 8},
+};
+
+// The header may not exceed 100 MB (the reference implementation's limit too).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+[[noreturn]] void bad(const std::filesystem::path& path, const std::string& problem) {
+  throw Error(path.string() + ": invalid safetensors file: " + problem,
+              "the file is truncated or corrupt; download or export it again", Error::UserInput{});
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.name;
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.size;
+  }
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
+  std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  SO_CHECK_SYS(fd, "opening " << path.string());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    bad(path, "cannot stat");
+  }
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ < 8) {
+    ::close(fd);
+    bad(path, "only " + std::to_string(file->size_) + " bytes, shorter than the 8-byte header length");
+  }
+  void* mapping = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapping == MAP_FAILED) bad(path, std::string("mmap failed: ") + std::strerror(errno));
+  file->mapping_ = mapping;
+  const auto* bytes = static_cast<const std::byte*>(mapping);
+
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes, 8);  // little-endian on every supported platform
+  if (header_size > kMaxHeaderBytes) bad(path, "header length " + std::to_string(header_size) + " is implausible");
+  if (8 + header_size > file->size_) {
+    bad(path, "header of " + std::to_string(header_size) + " bytes runs past the end of the " +
+                  std::to_string(file->size_) + "-byte file");
+  }
+  json header;
+  try {
+    header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_size));
+  } catch (const json::parse_error& e) {
+    bad(path, std::string("header is not valid JSON (") + e.what() + ")");
+  }
+  if (!header.is_object()) bad(path, "header is not a JSON object");
+
+  const size_t data_start = 8 + header_size;
+  const size_t data_size = file->size_ - data_start;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& entry = it.value();
+    if (name == "__metadata__") {
+      if (!entry.is_object()) bad(path, "__metadata__ is not an object");
+      for (auto m = entry.begin(); m != entry.end(); ++m) {
+        if (!m.value().is_string()) bad(path, "__metadata__ value \"" + m.key() + "\" is not a string");
+        file->metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+      bad(path, "entry \"" + name + "\" lacks dtype, shape or data_offsets");
+    }
+    TensorView view;
+    view.name = name;
+    const auto dtype_text = entry["dtype"].is_string() ? entry["dtype"].get<std::string>() : entry["dtype"].dump();
+    const auto* info = std::find_if(std::begin(kDTypes), std::end(kDTypes),
+                                    [&](const DTypeInfo& d) { return dtype_text == d.name; });
+    if (info == std::end(kDTypes)) bad(path, "tensor \"" + name + "\" has unknown dtype " + dtype_text);
+    view.dtype = info->dtype;
+    if (!entry["shape"].is_array()) bad(path, "tensor \"" + name + "\" has a shape that is not an array");
+    uint64_t numel = 1;
+    for (const auto& d : entry["shape"]) {
+      if (!d.is_number_unsigned()) bad(path, "tensor \"" + name + "\" has a negative or non-integer dimension");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > UINT64_MAX / dim) bad(path, "tensor \"" + name + "\" has an overflowing shape");
+      numel *= dim;
+      view.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const auto& offsets = entry["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned()) {
+      bad(path, "tensor \"" + name + "\" has malformed data_offsets");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end) bad(path, "tensor \"" + name + "\" has data_offsets that run backwards");
+    if (end > data_size) {
+      bad(path, "tensor \"" + name + "\" ends at byte " + std::to_string(end) + " of a " + std::to_string(data_size) +
+                    "-byte data section (file truncated?)");
+    }
+    if (end - begin != numel * info->size) {
+      bad(path, "tensor \"" + name + "\" holds " + std::to_string(end - begin) + " bytes but its shape and " +
+                    info->name + " need " + std::to_string(numel * info->size));
+    }
+    view.data = bytes + data_start + begin;
+    view.bytes = end - begin;
+    ranges.emplace_back(begin, end);
+    file->tensors_.emplace(name, std::move(view));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) bad(path, "two tensors' byte ranges overlap");
+  }
+  return file;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (mapping_) ::munmap(mapping_, size_);
+}
+
+const TensorView* SafetensorsFile::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+bool SafetensorsCheckpoint::exists_in(const std::filesystem::path& directory) {
+  return std::filesystem::exists(directory / "model.safetensors") ||
+         std::filesystem::exists(directory / "model.safetensors.index.json");
+}
+
+SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::filesystem::path& directory) {
+  SafetensorsCheckpoint checkpoint;
+  checkpoint.directory_ = directory;
+  const auto index_path = directory / "model.safetensors.index.json";
+  if (std::filesystem::exists(index_path)) {
+    std::ifstream in(index_path);
+    json index;
+    try {
+      index = json::parse(in);
+    } catch (const json::parse_error& e) {
+      throw Error(index_path.string() + ": not valid JSON: " + e.what(), {}, Error::UserInput{});
+    }
+    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+      throw Error(index_path.string() + ": has no \"weight_map\" object", {}, Error::UserInput{});
+    }
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      checkpoint.shard_of_[it.key()] = it.value().get<std::string>();
+    }
+  } else if (std::filesystem::exists(directory / "model.safetensors")) {
+    auto file = SafetensorsFile::open(directory / "model.safetensors");
+    for (const auto& [name, view] : file->tensors()) checkpoint.shard_of_[name] = "model.safetensors";
+    checkpoint.open_["model.safetensors"] = file;
+  } else {
+    throw Error(directory.string() + " has no model.safetensors or model.safetensors.index.json",
+                "point [model] path at a HuggingFace model directory, or use [model] init = \"random\"",
+                Error::UserInput{});
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> SafetensorsCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, shard] : shard_of_) out.push_back(name);
+  return out;
+}
+
+const TensorView& SafetensorsCheckpoint::get(const std::string& name) {
+  auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) {
+    throw Error("tensor \"" + name + "\" is not in the checkpoint at " + directory_.string(), {}, Error::UserInput{});
+  }
+  auto& file = open_[it->second];
+  if (!file) file = SafetensorsFile::open(directory_ / it->second);
+  const TensorView* view = file->find(name);
+  if (!view) {
+    throw Error((directory_ / it->second).string() + " does not hold tensor \"" + name +
+                    "\" that model.safetensors.index.json places there",
+                {}, Error::UserInput{});
+  }
+  return *view;
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    uint64_t numel = 1;
+    for (auto d : t.shape) numel *= static_cast<uint64_t>(d);
+    const uint64_t bytes = numel * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  const auto temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SO_CHECK_SYS(fd, "creating " << temporary);
+  auto write_all = [&](const void* data, size_t size) {
+    const auto* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) ::close(fd);
+      SO_CHECK_SYS(n, "writing " << temporary);
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  };
+  const uint64_t header_size = text.size();
+  write_all(&header_size, 8);
+  write_all(text.data(), text.size());
+  for (const auto& t : tensors) {
+    uint64_t numel = 1;
+    for (auto d : t.shape) numel *= static_cast<uint64_t>(d);
+    write_all(t.data, numel * dtype_size(t.dtype));
+  }
+  SO_CHECK_SYS(::fsync(fd), "flushing " << temporary);
+  SO_CHECK_SYS(::close(fd), "closing " << temporary);
+  SO_CHECK_SYS(::rename(temporary.c_str(), path.c_str()), "renaming " << temporary << " to " << path.string());
+}
+
+ShardedSafetensorsWriter::ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes)
+    : directory_(std::move(directory)), max_shard_bytes_(std::max<size_t>(1, max_shard_bytes)) {
+  std::filesystem::create_directories(directory_);
+}
+
+void ShardedSafetensorsWriter::add(const TensorToWrite& tensor) {
+  uint64_t numel = 1;
+  for (auto d : tensor.shape) numel *= static_cast<uint64_t>(d);
+  const size_t bytes = numel * dtype_size(tensor.dtype);
+  if (!pending_.empty() && pending_bytes_ + bytes > max_shard_bytes_) flush_shard();
+  Pending p{tensor, std::vector<std::byte>(bytes)};
+  std::memcpy(p.bytes.data(), tensor.data, bytes);
+  p.header.data = nullptr;
+  pending_.push_back(std::move(p));
+  pending_bytes_ += bytes;
+  total_bytes_ += bytes;
+}
+
+void ShardedSafetensorsWriter::flush_shard() {
+  if (pending_.empty()) return;
+  std::vector<TensorToWrite> tensors;
+  std::vector<std::string> names;
+  for (auto& p : pending_) {
+    TensorToWrite t = p.header;
+    t.data = p.bytes.data();
+    tensors.push_back(t);
+    names.push_back(t.name);
+  }
+  const std::string temporary = "shard-" + std::to_string(shards_.size()) + ".partial.safetensors";
+  write_safetensors(directory_ / temporary, tensors);
+  shards_.emplace_back(temporary, std::move(names));
+  pending_.clear();
+  pending_bytes_ = 0;
+}
+
+void ShardedSafetensorsWriter::finish() {
+  flush_shard();
+  if (shards_.size() == 1) {
+    std::filesystem::rename(directory_ / shards_[0].first, directory_ / "model.safetensors");
+    std::filesystem::remove(directory_ / "model.safetensors.index.json");
+    return;
+  }
+  json weight_map = json::object();
+  char name[64];
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards_.size());
+    std::filesystem::rename(directory_ / shards_[i].first, directory_ / name);
+    for (const auto& tensor : shards_[i].second) weight_map[tensor] = name;
+  }
+  json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
+  const auto index_path = directory_ / "model.safetensors.index.json";
+  std::ofstream(index_path.string() + ".tmp") << index.dump(2) << "\n";
+  std::filesystem::rename(index_path.string() + ".tmp", index_path);
+}
+
+size_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  SO_CHECK(i > 0, "size \"" << text << "\" does not start with a number (e.g. 5GB, 500MB)");
+  const double number = std::stod(text.substr(0, i));
+  std::string unit = text.substr(i);
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "TB") scale = 1e12;
+  else if (unit == "KIB") scale = 1024.0;
+  else if (unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else SO_FAIL("size \"" << text << "\" has an unknown unit \"" << unit << "\" (use B, KB, MB, GB, KiB, MiB, GiB)");
+  return static_cast<size_t>(number * scale);
+}
+
+}  // namespace superoffload::model

@@ -1,0 +1,162 @@
+// Checkpoint → parameters.
+#include "model_io/weights.hpp"
+
+#include <set>
+#include <sstream>
+
+#include <torch/autograd.h>
+
+#include "base/error.hpp"
+
+namespace superoffload::model {
+namespace {
+
+std::string list(const std::vector<std::string>& names) {
+  std::ostringstream os;
+  const size_t shown = std::min<size_t>(names.size(), 12);
+  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << names[i];
+  if (names.size() > shown) os << " … (" << names.size() - shown << " more)";
+  return os.str();
+}
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+// Tensors that checkpoints carry but that are buffers, not parameters, here.
+bool ignorable(const CausalLM& model, const std::string& name) {
+  return name.ends_with(".rotary_emb.inv_freq") || model.ignorable_checkpoint_tensor(name);
+}
+
+// The checkpoint's name for a parameter: the HF name, or the name without the base-model
+// prefix in checkpoints saved from the base model alone.
+std::string checkpoint_name(const CausalLM& model, const SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  if (checkpoint.contains(name)) return name;
+  const auto prefix = model.checkpoint_prefix();
+  if (!prefix.empty() && name.starts_with(prefix) && checkpoint.contains(name.substr(prefix.size()))) {
+    return name.substr(prefix.size());
+  }
+  return name;
+}
+
+// Published GPT-OSS checkpoints store expert weights as MXFP4: <name>_blocks (uint8, two
+// e2m1 values per byte, low nibble first, 32 values per group) and <name>_scales (uint8
+// exponents, bias 127) with rows = output features. HF dequantizes them to [experts, in, out].
+bool is_mxfp4(const SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  return !checkpoint.contains(name) && checkpoint.contains(name + "_blocks") && checkpoint.contains(name + "_scales");
+}
+
+at::Tensor dequantize_mxfp4(const TensorView& blocks_view, const TensorView& scales_view) {
+  static const float kFp4[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const auto blocks = as_tensor(blocks_view);  // [*prefix, groups, 16]
+  const auto scales = as_tensor(scales_view).to(at::kInt) - 127;
+  SO_CHECK(blocks.dim() >= 3 && blocks.sizes().slice(0, blocks.dim() - 1) == scales.sizes(),
+           "MXFP4 tensors " << blocks_view.name << " and " << scales_view.name << " have inconsistent shapes");
+  const auto lut = at::from_blob(const_cast<float*>(kFp4), {16}, at::kFloat);
+  const auto low = lut.index({(blocks.bitwise_and(0x0F)).to(at::kLong)});
+  const auto high = lut.index({(blocks.bitwise_right_shift(4)).to(at::kLong)});
+  auto values = at::stack({low, high}, -1).flatten(-2);  // [*prefix, groups, 32]
+  values = at::ldexp(values, scales.unsqueeze(-1).to(at::kFloat));
+  auto shape = scales.sizes().vec();
+  shape.back() *= 32;
+  return values.reshape(shape).transpose(1, 2).contiguous();  // [experts, in, out]
+}
+
+}  // namespace
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return at::kDouble;
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::BOOL: return at::kBool;
+    case DType::F8_E4M3: return at::kFloat8_e4m3fn;
+    case DType::F8_E5M2: return at::kFloat8_e5m2;
+    case DType::U16: return at::kUInt16;
+    case DType::U32: return at::kUInt32;
+    case DType::U64: return at::kUInt64;
+  }
+  SO_FAIL("unknown safetensors dtype");
+}
+
+DType dtype_of(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return DType::F64;
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kLong: return DType::I64;
+    case at::kInt: return DType::I32;
+    default: SO_FAIL("no safetensors dtype for " << c10::toString(type));
+  }
+}
+
+at::Tensor as_tensor(const TensorView& view) {
+  // from_blob needs a mutable pointer; the tensor is only ever read.
+  return at::from_blob(const_cast<std::byte*>(view.data), view.shape, at::TensorOptions().dtype(scalar_type_of(view.dtype)));
+}
+
+void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+  std::set<std::string> aliases;
+  for (const auto& [owner, alias] : model.tied_parameters()) aliases.insert(alias);
+  std::set<std::string> expected;
+  std::vector<std::string> missing;
+  for (const auto& name : model.hf_parameter_names()) {
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    if (is_mxfp4(checkpoint, stored)) {
+      expected.insert(stored + "_blocks");
+      expected.insert(stored + "_scales");
+      continue;
+    }
+    expected.insert(stored);
+    if (!checkpoint.contains(stored)) missing.push_back(name);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& name : checkpoint.names()) {
+    if (!expected.count(name) && !aliases.count(name) && !ignorable(model, name)) unexpected.push_back(name);
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string text = "the checkpoint does not match the model:";
+    if (!missing.empty()) text += " missing " + std::to_string(missing.size()) + " tensor(s): " + list(missing) + ".";
+    if (!unexpected.empty()) {
+      text += " unexpected " + std::to_string(unexpected.size()) + " tensor(s): " + list(unexpected) + ".";
+    }
+    throw Error(text, "check that config.json belongs to these weights and that the plugin handles the architecture",
+                Error::UserInput{});
+  }
+}
+
+void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint) {
+  torch::NoGradGuard no_grad;
+  {
+    const auto& layer = model.layers().at(layer_index);
+    for (auto& [name, parameter] : layer->hf_parameters()) {
+      const auto stored = checkpoint_name(model, checkpoint, name);
+      const auto source = is_mxfp4(checkpoint, stored)
+                              ? dequantize_mxfp4(checkpoint.get(stored + "_blocks"), checkpoint.get(stored + "_scales"))
+                              : as_tensor(checkpoint.get(stored));
+      if (source.sizes() != parameter.sizes()) {
+        throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
+                        shape_text(parameter.sizes()) + " in the model",
+                    "check that config.json belongs to these weights", Error::UserInput{});
+      }
+      parameter.copy_(source);  // converts dtype and device
+    }
+  }
+}
+
+void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+  check_weights(model, checkpoint);
+  for (size_t i = 0; i < model.layers().size(); ++i) load_layer_weights(model, i, checkpoint);
+}
+
+}  // namespace superoffload::model

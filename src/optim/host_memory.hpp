@@ -1,0 +1,29 @@
+// Host buffers of the offloaded optimizer. With a GPU and [offload] pin_memory, page-locked
+// (pinned) memory, so device copies run at full link speed and asynchronously; when pinning
+// fails, or RLIMIT_MEMLOCK (`ulimit -l`) is smaller than what will be pinned — a known source
+// of host out-of-memory kills with DeepSpeed — plain memory is used instead, with a warning
+// that says how to fix it. CPU-only runs use plain memory.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace superoffload::optim {
+
+class HostMemory {
+ public:
+  // `pin`: a GPU is used and pinning is wanted. `planned_bytes`: what will be allocated.
+  HostMemory(bool pin, int64_t planned_bytes);
+  // An fp32/bf16 host tensor, pinned when possible.
+  at::Tensor empty(at::IntArrayRef sizes, at::ScalarType type);
+  bool pinned() const { return pin_; }
+  const std::string& why_not_pinned() const { return why_not_; }
+
+ private:
+  bool pin_ = false;
+  std::string why_not_;
+};
+
+}  // namespace superoffload::optim

@@ -1,0 +1,379 @@
+// OffloadOptimizer (see offload_optimizer.hpp for the protocol).
+#include "optim/offload_optimizer.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <torch/autograd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include "optim/cpu_adamw.hpp"
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "base/timer.hpp"
+
+namespace superoffload::optim {
+
+using runtime::now_s;
+using runtime::ScopedTime;
+
+namespace {
+
+// The CPU kernel works on contiguous runs; the pool splits a run among its threads.
+constexpr size_t kAlign = 64;
+
+// Whether every element is finite, on the optimizer's own pool. (An ATen reduction called from
+// the speculation worker ran on an OpenMP team of that thread, which competed with the pool
+// for the bound cores: on a 16-core H100 node the speculated CPU steps took 6x longer.)
+bool all_finite(ThreadPool& pool, const float* data, size_t n) {
+  std::atomic<bool> finite{true};
+  pool.parallel_for(n, kAlign, [&](size_t b, size_t e) {
+    uint32_t special = 0;  // exponent all ones: inf or NaN (a branch-free loop the compiler vectorises)
+    for (size_t i = b; i < e; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, sizeof bits);
+      special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (special) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings settings)
+    : engine_(engine),
+      s_(std::move(settings)),
+      beta1_(static_cast<float>(s_.adamw.beta1)),
+      beta2_(static_cast<float>(s_.adamw.beta2)),
+      eps_(static_cast<float>(s_.adamw.eps)),
+      weight_decay_(static_cast<float>(s_.adamw.weight_decay)),
+      pool_(s_.cpus.empty() ? s_.threads : s_.cpus.size(), s_.cpus) {
+  SO_CHECK(s_.sub_group_size >= 1, "[zero] sub_group_size must be positive");
+  SO_CHECK(s_.ratio >= 0 && s_.ratio <= 1, "[offload] ratio must lie in [0, 1]");
+  const int rank = engine_.comm().rank();
+  auto& layers = engine_.layers();
+  bf16_ = !layers.empty() && layers[0].compute_dtype() == at::kBFloat16;
+  groups_of_layer_.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& layout = layers[l].layout();
+    const auto pieces = layout.pieces(rank);
+    const auto values = layers[l].shard_fp32().to(at::kCPU);
+    for (int64_t begin = 0; begin < layout.shard_numel(); begin += s_.sub_group_size) {
+      SubGroup g;
+      g.layer = l;
+      g.begin = begin;
+      g.end = std::min(layout.shard_numel(), begin + s_.sub_group_size);
+      // Runs of equal weight decay inside the sub-group (padding takes none).
+      int64_t at = g.begin;
+      for (const auto& piece : pieces) {
+        const int64_t from = std::max(g.begin, piece.shard_offset), to = std::min(g.end, piece.shard_offset + piece.length);
+        if (from >= to) continue;
+        if (from > at) g.pieces.push_back({at - g.begin, from - g.begin, false});
+        g.pieces.push_back({from - g.begin, to - g.begin, layout.parameters()[piece.parameter].weight_decay});
+        at = to;
+      }
+      if (at < g.end) g.pieces.push_back({at - g.begin, g.end - g.begin, false});
+      g.master = values.narrow(0, g.begin, g.end - g.begin).clone();
+      g.exp_avg = at::zeros_like(g.master);
+      g.exp_avg_sq = at::zeros_like(g.master);
+      groups_of_layer_[l].push_back(groups_.size());
+      groups_.push_back(std::move(g));
+    }
+  }
+  // The first 1 − ratio of the sub-groups in parameter order go to the device.
+  const auto on_device = static_cast<size_t>(std::floor((1.0 - s_.ratio) * static_cast<double>(groups_.size()) + 1e-9));
+  const auto device = layers.empty() ? at::Device(at::kCPU) : layers[0].device();
+  int64_t host_bytes = 0;  // what the CPU sub-groups keep in host memory: master, moments, grad, bf16
+  for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += (16 + (bf16_ ? 2 : 0)) * (groups_[i].end - groups_[i].begin);
+  host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    auto& g = groups_[i];
+    g.on_cpu = i >= on_device;
+    if (g.on_cpu) {
+      auto place = [&](const at::Tensor& values) {
+        auto t = host_memory_->empty(values.sizes(), values.scalar_type());
+        t.copy_(values);
+        return t;
+      };
+      g.master = place(g.master);
+      g.exp_avg = place(g.exp_avg);
+      g.exp_avg_sq = place(g.exp_avg_sq);
+      g.grad = host_memory_->empty(g.master.sizes(), at::kFloat);
+      if (bf16_) g.bf16 = host_memory_->empty(g.master.sizes(), at::kBFloat16);
+    } else {
+      g.master = g.master.to(device);
+      g.exp_avg = g.exp_avg.to(device);
+      g.exp_avg_sq = g.exp_avg_sq.to(device);
+    }
+  }
+  worker_ = std::thread([this] {
+    if (!s_.cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(s_.cpus.front(), &set);
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    worker_loop();
+  });
+}
+
+OffloadOptimizer::~OffloadOptimizer() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+size_t OffloadOptimizer::cpu_sub_groups() const {
+  size_t n = 0;
+  for (const auto& g : groups_) n += g.on_cpu ? 1 : 0;
+  return n;
+}
+
+std::string OffloadOptimizer::describe() const {
+  std::ostringstream text;
+  text << (s_.super_offload ? "SuperOffload (CPU steps speculated during backward)" : "ZeRO-Offload (CPU steps after backward)")
+       << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
+       << adamw_target() << ", " << pool_.size() << " thread(s)";
+  return text.str();
+}
+
+ShardState OffloadOptimizer::export_layer(size_t layer) const {
+  std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
+  int64_t steps = -1;
+  for (size_t i : groups_of_layer_[layer]) {
+    const auto& g = groups_[i];
+    master.push_back(g.master.to(at::kCPU));
+    exp_avg.push_back(g.exp_avg.to(at::kCPU));
+    exp_avg_sq.push_back(g.exp_avg_sq.to(at::kCPU));
+    SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
+    steps = g.steps;
+  }
+  auto join = [](std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
+  return {join(master), join(exp_avg), join(exp_avg_sq), std::max<int64_t>(steps, 0)};
+}
+
+void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
+  wait_for_worker();
+  for (size_t i : groups_of_layer_[layer]) {
+    auto& g = groups_[i];
+    const int64_t length = g.end - g.begin;
+    g.master.copy_(state.master.narrow(0, g.begin, length));
+    g.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));
+    g.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
+    g.steps = state.steps;
+    g.speculated = false;
+  }
+  // The compute-dtype shard from the fp32 master, rounded as the CPU kernel's bf16 copy is.
+  engine_.layers()[layer].set_shard(state.master.to(engine_.layers()[layer].device()));
+}
+
+void OffloadOptimizer::begin_step(double lr) {
+  wait_for_worker();
+  lr_ = lr;
+  times_ = {};
+  backward_end_ = 0;
+  for (auto& g : groups_) {
+    g.speculated = false;
+    g.finished_at = 0;
+  }
+}
+
+void OffloadOptimizer::gradient_ready(size_t layer) {
+  auto& shard_grad = engine_.layers()[layer].grad_shard();
+  std::vector<size_t> queued;
+  {
+    ScopedTime timed(times_.d2h_s);
+    for (size_t i : groups_of_layer_[layer]) {
+      auto& g = groups_[i];
+      if (!g.on_cpu) continue;
+      // fp32 already (the engine reduces in fp32); on a GPU this is the device-to-host copy.
+      g.grad.copy_(shard_grad.narrow(0, g.begin, g.end - g.begin));
+      queued.push_back(i);
+    }
+  }
+  if (!s_.super_offload || queued.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    for (size_t i : queued) queue_.push_back(i);
+  }
+  wake_.notify_all();
+}
+
+void OffloadOptimizer::worker_loop() {
+  for (;;) {
+    size_t index;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      index = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    const double start = now_s();
+    std::exception_ptr error;
+    try {
+      // A non-finite gradient is never stepped speculatively: its step could not be undone
+      // (inf − inf is NaN). The step-end validation sees it in the global norm and skips.
+      auto& g = groups_[index];
+      if (all_finite(pool_, g.grad.data_ptr<float>(), static_cast<size_t>(g.grad.numel()))) {
+        step_cpu(g, 1.0f);
+        g.speculated = true;
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      times_.cpu_step_s += now_s() - start;
+      if (groups_[index].speculated) groups_[index].finished_at = now_s();
+      if (error && !worker_error_) worker_error_ = error;
+      busy_ = false;
+    }
+    idle_.notify_all();
+  }
+}
+
+void OffloadOptimizer::wait_for_worker() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
+}
+
+void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
+  ++g.steps;
+  float* p = g.master.data_ptr<float>();
+  float* m = g.exp_avg.data_ptr<float>();
+  float* v = g.exp_avg_sq.data_ptr<float>();
+  float* grad = g.grad.data_ptr<float>();
+  if (grad_scale != 1.0f) {  // clipping, on the pool (not ATen's OpenMP threads: see all_finite)
+    pool_.parallel_for(static_cast<size_t>(g.grad.numel()), kAlign, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) grad[i] *= grad_scale;
+    });
+  }
+  auto* out = bf16_ ? reinterpret_cast<uint16_t*>(g.bf16.data_ptr<at::BFloat16>()) : nullptr;
+  for (const auto& piece : g.pieces) {
+    const AdamWStep step{static_cast<float>(lr_), beta1_, beta2_, eps_, piece.decay ? weight_decay_ : 0.0f,
+                         s_.adamw.decoupled, g.steps};
+    pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
+      const size_t o = static_cast<size_t>(piece.begin) + b;
+      adamw_update(step, p + o, m + o, v + o, grad + o, out ? out + o : nullptr, e - b);
+    });
+  }
+}
+
+// The algebraic inverse of step_cpu with the same gradient: weights first (their update
+// used the new moments), then the moments.
+void OffloadOptimizer::rollback_cpu(SubGroup& g) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1_), static_cast<double>(g.steps));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2_), static_cast<double>(g.steps));
+  const float step_size = static_cast<float>(lr_ / bc1), bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  float* p = g.master.data_ptr<float>();
+  float* m = g.exp_avg.data_ptr<float>();
+  float* v = g.exp_avg_sq.data_ptr<float>();
+  const float* grad = g.grad.data_ptr<float>();
+  const float b1 = beta1_, b2 = beta2_, eps = eps_;
+  const bool decoupled = s_.adamw.decoupled;
+  for (const auto& piece : g.pieces) {
+    const float wd = piece.decay ? weight_decay_ : 0.0f;
+    const float decay_factor = decoupled ? 1.0f - static_cast<float>(lr_) * wd : 1.0f;
+    pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
+      for (size_t i = static_cast<size_t>(piece.begin) + b; i < static_cast<size_t>(piece.begin) + e; ++i) {
+        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+        const float before = (p[i] + step_size * (m[i] / denom)) / decay_factor;
+        const float g_eff = decoupled ? grad[i] : grad[i] + wd * before;
+        m[i] = (m[i] - (1.0f - b1) * g_eff) / b1;
+        v[i] = std::max(0.0f, (v[i] - (1.0f - b2) * g_eff * g_eff) / b2);
+        p[i] = before;
+      }
+    });
+  }
+  --g.steps;
+  g.speculated = false;
+}
+
+void OffloadOptimizer::step_device(SubGroup& g, double grad_scale) {
+  torch::NoGradGuard no_grad;
+  ++g.steps;
+  auto grad = engine_.layers()[g.layer].grad_shard().narrow(0, g.begin, g.end - g.begin);
+  if (grad_scale != 1.0) grad = grad * grad_scale;
+  for (const auto& piece : g.pieces) {
+    const int64_t length = piece.end - piece.begin;
+    auto step = at::full({}, static_cast<double>(g.steps), g.master.options());
+    at::_fused_adamw_({g.master.narrow(0, piece.begin, length)}, {grad.narrow(0, piece.begin, length)},
+                      {g.exp_avg.narrow(0, piece.begin, length)}, {g.exp_avg_sq.narrow(0, piece.begin, length)}, {},
+                      {step}, lr_, beta1_, beta2_, piece.decay ? weight_decay_ : 0.0, eps_, false, false);
+  }
+}
+
+void OffloadOptimizer::upload() {
+  ScopedTime timed(times_.h2d_s);
+  auto& layers = engine_.layers();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    std::vector<at::Tensor> parts;
+    for (size_t i : groups_of_layer_[l]) {
+      const auto& g = groups_[i];
+      // The CPU kernel already wrote the bf16 copy: the link carries the narrow type. From
+      // pinned memory the copy is asynchronous, queued on the compute stream before the next
+      // forward (which is on the same stream), so it needs no host synchronisation.
+      const auto& source = g.on_cpu && bf16_ ? g.bf16 : g.master;
+      parts.push_back(source.to(layers[l].device(), /*non_blocking=*/source.is_pinned()));
+    }
+    layers[l].set_shard(at::cat(parts));
+  }
+}
+
+StepOutcome OffloadOptimizer::finish_step() {
+  StepOutcome outcome;
+  backward_end_ = now_s();
+  // Global norm and non-finite flag from the reduced gradients (one all-reduce).
+  outcome.grad_norm = engine_.global_grad_norm();
+  const bool finite = std::isfinite(outcome.grad_norm);
+  const double coefficient = clip_coefficient(s_.adamw.gradient_clipping, outcome.grad_norm);
+  outcome.clipped = finite && coefficient < 1.0;
+  outcome.skipped = !finite;
+
+  {
+    ScopedTime timed(times_.wait_s);
+    wait_for_worker();
+  }
+  for (const auto& g : groups_) {
+    if (g.speculated && g.finished_at > 0 && g.finished_at < backward_end_) ++outcome.speculated_before_backward_end;
+  }
+  {
+    ScopedTime timed(times_.rollback_s);
+    for (auto& g : groups_) {
+      if (g.speculated && (outcome.clipped || outcome.skipped)) {
+        rollback_cpu(g);
+        ++outcome.rolled_back;
+      }
+    }
+  }
+  if (outcome.skipped) return outcome;  // nothing stepped: the weights are those of the last good step
+  const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
+  {
+    ScopedTime timed(times_.cpu_step_s);
+    for (auto& g : groups_) {
+      if (g.on_cpu && !g.speculated) step_cpu(g, scale);  // replays and, without speculation, every step
+    }
+  }
+  {
+    ScopedTime timed(times_.device_step_s);
+    for (auto& g : groups_) {
+      if (!g.on_cpu) step_device(g, outcome.clipped ? coefficient : 1.0);
+    }
+  }
+  upload();
+  return outcome;
+}
+
+}  // namespace superoffload::optim

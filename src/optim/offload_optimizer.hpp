@@ -1,0 +1,111 @@
+// The SuperOffload optimizer. Each layer's gradient shard is cut into sub-groups of at most
+// [zero] sub_group_size elements. The last `ratio` of them in parameter order (their
+// gradients arrive first in backward) live on the host: as soon as a layer's shard is
+// complete, its gradient is copied to host memory and a CPU worker steps those sub-groups
+// at once with the SIMD AdamW, while backward continues (speculation). At step end the
+// global gradient norm and a non-finite flag are all-reduced: no clipping needed and all
+// finite → commit; clipping needed → roll the speculated sub-groups back (the algebraic
+// inverse of the step) and replay them with clipped gradients; non-finite → roll back and
+// skip the step. The first 1 − ratio of the sub-groups are stepped at step end on the device
+// with LibTorch's fused AdamW. Updated shards go back to the device before the next forward.
+// With super_offload = false the CPU sub-groups are stepped after backward instead (classic
+// ZeRO-Offload): same kernel, no speculation.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "optim/host_memory.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/thread_pool.hpp"
+#include "zero/engine.hpp"
+
+namespace superoffload::optim {
+
+struct OffloadSettings {
+  AdamWSettings adamw;          // the kernel computes in fp32: the values are rounded to float
+  int64_t sub_group_size = 1'000'000'000;
+  double ratio = 1.0;           // share of sub-groups stepped on the CPU
+  bool super_offload = true;    // speculate during backward
+  std::vector<int> cpus;        // CPUs of the optimizer threads (first one: the worker)
+  size_t threads = 1;           // when cpus is empty
+  bool pin_memory = true;       // page-locked host buffers when the engine runs on a GPU
+};
+
+class OffloadOptimizer final : public Optimizer {
+ public:
+  OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings settings);
+  ~OffloadOptimizer() override;
+
+  // Before the step's backward passes; `lr` is this step's learning rate.
+  void begin_step(double lr) override;
+  // A layer's shard is complete for this step: its CPU sub-groups' gradients go to host
+  // memory and, with super_offload, are queued for a speculative step.
+  void gradient_ready(size_t layer) override;
+  // When the step's backward passes are done: validates, commits / rolls back and replays /
+  // skips, steps the device share, uploads. Collective over the engine's ranks.
+  StepOutcome finish_step() override;
+  const OptimizerTimes& times() const override { return times_; }
+  // Host fp32 copies (CPU sub-groups are not copied when the layer is one sub-group); import
+  // also sets the device shard.
+  ShardState export_layer(size_t layer) const override;
+  void import_layer(size_t layer, const ShardState& state) override;
+  std::string describe() const override;
+
+  size_t sub_groups() const { return groups_.size(); }
+  size_t cpu_sub_groups() const;
+
+ private:
+  struct Piece {
+    int64_t begin, end;  // within the sub-group
+    bool decay;
+  };
+  struct SubGroup {
+    size_t layer;
+    int64_t begin, end;  // within the layer shard
+    bool on_cpu;
+    std::vector<Piece> pieces;
+    at::Tensor master, exp_avg, exp_avg_sq;  // fp32 [end - begin]; host for CPU sub-groups
+    at::Tensor grad;                         // host copy of this step's gradient (CPU sub-groups)
+    at::Tensor bf16;                         // updated weights in bf16 (CPU sub-groups, bf16 runs)
+    int64_t steps = 0;
+    bool speculated = false;
+    double finished_at = 0;
+  };
+
+  void step_cpu(SubGroup& group, float grad_scale);
+  void rollback_cpu(SubGroup& group);
+  void step_device(SubGroup& group, double grad_scale);
+  void upload();
+  void worker_loop();
+  void wait_for_worker();
+
+  zero::ZeroEngine& engine_;
+  OffloadSettings s_;
+  // The hyper-parameters as the fp32 kernel uses them.
+  float beta1_, beta2_, eps_, weight_decay_;
+  std::vector<SubGroup> groups_;
+  std::vector<std::vector<size_t>> groups_of_layer_;
+  ThreadPool pool_;
+  std::unique_ptr<HostMemory> host_memory_;
+  double lr_ = 0;
+  OptimizerTimes times_;
+  bool bf16_ = false;
+
+  // The speculation worker: steps queued sub-groups in order.
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<size_t> queue_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr worker_error_;  // an error of the worker, rethrown to the training thread
+  double backward_end_ = 0;
+};
+
+}  // namespace superoffload::optim

@@ -1,0 +1,80 @@
+// The interface every optimizer over ZeRO shards implements, and the one place the step's
+// validation rules live: the gradient-clipping coefficient and what a non-finite gradient
+// does (the step is skipped). Whoever drives a step (train/step.hpp) calls, in order:
+//
+//   begin_step(lr)        before the step's backward passes
+//   gradient_ready(layer) as each layer's gradient shard completes on the last micro-batch
+//                         (the driver registers this with the engine; nothing else does)
+//   finish_step()         after backward: validate, clip or skip, step what is left, and
+//                         put the updated weights into the engine's shards
+//
+// Between steps the state of each layer can be exported and imported (checkpoints).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+#include "optim/shard_state.hpp"
+
+namespace superoffload::optim {
+
+// What validation decided for a step.
+struct StepOutcome {
+  double grad_norm = 0;  // global L2 norm of the reduced gradients (before clipping)
+  bool clipped = false;  // gradients scaled by clip_coefficient()
+  bool skipped = false;  // a gradient was not finite: nothing was stepped
+  int64_t rolled_back = 0;                     // speculated sub-groups undone (and replayed unless skipped)
+  int64_t speculated_before_backward_end = 0;  // CPU sub-group steps that overlapped backward
+};
+
+// Seconds per optimizer phase in the last step (the logged wall-clock breakdown). An
+// optimizer fills the phases it has.
+struct OptimizerTimes {
+  double d2h_s = 0;          // gradients to host memory
+  double cpu_step_s = 0;     // SIMD AdamW on the host (speculated and after backward)
+  double device_step_s = 0;  // AdamW on the engine's device
+  double h2d_s = 0;          // updated weights back to the device shards
+  double wait_s = 0;         // step end waiting for speculated steps
+  double rollback_s = 0;     // undoing speculated steps
+  double total() const { return d2h_s + cpu_step_s + device_step_s + h2d_s + wait_s + rollback_s; }
+};
+
+// The AdamW hyper-parameters both optimizers share ([optimizer] and [training]).
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool decoupled = true;          // AdamW; false: Adam with L2 weight decay added to the gradient
+  double gradient_clipping = 0;   // max global norm; 0: no clipping
+};
+
+// torch.nn.utils.clip_grad_norm_'s rule: gradients are scaled by max_norm / (norm + 1e-6)
+// when that is below 1. Returns 1 when no clipping applies (max_norm 0, or a small norm).
+inline double clip_coefficient(double max_norm, double grad_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double coefficient = max_norm / (grad_norm + 1e-6);
+  return coefficient < 1.0 ? coefficient : 1.0;
+}
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  virtual void begin_step(double lr) = 0;
+  virtual void gradient_ready(size_t layer) = 0;
+  // Collective over the engine's ranks (the gradient norm is all-reduced).
+  virtual StepOutcome finish_step() = 0;
+  virtual const OptimizerTimes& times() const = 0;
+
+  // One layer's state as host fp32 tensors (checkpoints); import also sets the engine's
+  // shard from the master weights. Call between steps.
+  virtual ShardState export_layer(size_t layer) const = 0;
+  virtual void import_layer(size_t layer, const ShardState& state) = 0;
+  // The fp32 master weights of a layer's shard, on the host (tests, evaluation).
+  at::Tensor master(size_t layer) const { return export_layer(layer).master; }
+
+  // One line for the start-up log: which optimizer, where it steps.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace superoffload::optim

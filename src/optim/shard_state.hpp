@@ -1,0 +1,16 @@
+// One layer's optimizer state on this rank, as host fp32 tensors: what a checkpoint holds
+// and what a resume puts back. Every optimizer exports and imports it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace superoffload::optim {
+
+struct ShardState {
+  at::Tensor master, exp_avg, exp_avg_sq;  // fp32, CPU, [shard_numel], contiguous
+  int64_t steps = 0;                       // optimizer steps taken (bias correction)
+};
+
+}  // namespace superoffload::optim

@@ -1,0 +1,73 @@
+// ThreadPool.
+#include "optim/thread_pool.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+namespace superoffload::optim {
+namespace {
+
+void pin_current_thread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort: a refused pin only costs locality
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(size_t threads, const std::vector<int>& cpus) {
+  const size_t count = cpus.empty() ? std::max<size_t>(1, threads) : cpus.size();
+  blocks_.resize(count);
+  for (size_t i = 1; i < count; ++i) {
+    workers_.emplace_back([this, i, cpu = cpus.empty() ? -1 : cpus[i]] {
+      if (cpu >= 0) pin_current_thread(cpu);
+      worker(i);
+    });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    ++generation_;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker(size_t index) {
+  size_t seen = 0;
+  for (;;) {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return generation_ != seen; });
+    seen = generation_;
+    if (stop_) return;
+    const auto* task = task_;
+    const auto block = blocks_[index];
+    lock.unlock();
+    if (block.first < block.second) (*task)(block.first, block.second);
+    lock.lock();
+    if (--pending_ == 0) done_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn) {
+  const size_t count = size();
+  align = std::max<size_t>(1, align);
+  const size_t per = ((n + count - 1) / count + align - 1) / align * align;
+  for (size_t i = 0; i < count; ++i) blocks_[i] = {std::min(n, i * per), std::min(n, (i + 1) * per)};
+  {
+    std::lock_guard lock(mutex_);
+    task_ = &fn;
+    pending_ = workers_.size();
+    ++generation_;
+  }
+  wake_.notify_all();
+  if (blocks_[0].first < blocks_[0].second) fn(blocks_[0].first, blocks_[0].second);
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [&] { return pending_ == 0; });
+}
+
+}  // namespace superoffload::optim

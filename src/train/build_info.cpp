@@ -1,0 +1,56 @@
+// Version report of the project and every library it uses.
+#include "train/build_info.hpp"
+
+#include <hdf5.h>
+#include <hwloc.h>
+#include <mpi.h>
+
+#include <boost/version.hpp>
+
+#include "base/build_config.hpp"
+#include "cluster/gpu_devices.hpp"
+
+namespace superoffload::runtime {
+
+std::string project_version() { return SUPEROFFLOAD_VERSION; }
+std::string git_revision() { return superoffload_git_revision(); }
+bool cuda_compiled() { return SUPEROFFLOAD_WITH_CUDA != 0; }
+
+std::vector<std::pair<std::string, std::string>> software_versions() {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.emplace_back("superoffload", project_version() + " (git " + git_revision() + ", " + SUPEROFFLOAD_BUILD_TYPE +
+                                       ", " + SUPEROFFLOAD_COMPILER + ")");
+  out.emplace_back("LibTorch", torch_version() + " (C++11 ABI: " + (torch_cxx11_abi() ? "yes" : "no") + ")");
+  const CudaVersions cuda = cuda_versions();
+  if (cuda.compiled) {
+    out.emplace_back("CUDA", "compiled in: runtime " + cuda.runtime_compiled + " (loaded " + cuda.runtime_loaded +
+                                 "), driver " + cuda.driver);
+    out.emplace_back("NCCL", "compiled in: " + cuda.nccl_compiled + " (loaded " + cuda.nccl_loaded + ")");
+  } else {
+    out.emplace_back("CUDA", "not compiled in (CPU-only build: " SUPEROFFLOAD_CUDA_SUMMARY ")");
+    out.emplace_back("NCCL", "not compiled in");
+  }
+  char mpi_library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  std::string mpi = "unknown";
+  if (MPI_Get_library_version(mpi_library, &length) == MPI_SUCCESS) {
+    mpi.assign(mpi_library, static_cast<size_t>(length));
+    if (auto comma = mpi.find(','); comma != std::string::npos) mpi.resize(comma);  // drop the build details
+    while (!mpi.empty() && (mpi.back() == '\n' || mpi.back() == ' ' || mpi.back() == '\0')) mpi.pop_back();
+  }
+  int mpi_major = 0, mpi_minor = 0;
+  MPI_Get_version(&mpi_major, &mpi_minor);
+  out.emplace_back("MPI", mpi + " (MPI " + std::to_string(mpi_major) + "." + std::to_string(mpi_minor) + ")");
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  out.emplace_back("HDF5", std::to_string(h5_major) + "." + std::to_string(h5_minor) + "." + std::to_string(h5_release));
+  out.emplace_back("Boost", std::to_string(BOOST_VERSION / 100000) + "." + std::to_string(BOOST_VERSION / 100 % 1000) +
+                                "." + std::to_string(BOOST_VERSION % 100));
+  const unsigned hw = hwloc_get_api_version();
+  out.emplace_back("hwloc", std::string(HWLOC_VERSION) + " (API " + std::to_string(hw >> 16) + "." +
+                                std::to_string((hw >> 8) & 0xff) + ")");
+  out.emplace_back("TOML++ / CLI11 / nlohmann-json", SUPEROFFLOAD_HEADER_LIBS);
+  return out;
+}
+
+}  // namespace superoffload::runtime

@@ -1,0 +1,75 @@
+// run_step and SkipAccounting.
+#include "train/step.hpp"
+
+#include <algorithm>
+
+#include "model/causal_lm.hpp"
+#include "base/error.hpp"
+#include "base/timer.hpp"
+
+namespace superoffload::train {
+
+using runtime::now_s;
+
+StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const std::vector<MicroBatch>& batches,
+                    double lr, const StepHooks& hooks) {
+  SO_CHECK(!batches.empty(), "a training step needs at least one micro-batch");
+  const double start = now_s();
+  auto& comm = engine.comm();
+  StepResult result;
+  // Every token of the global batch weighs the same: 1 / (tokens over all ranks).
+  for (const auto& batch : batches) {
+    result.tokens += static_cast<double>(batch.labels.ne(model::kIgnoreLabel).sum().item<int64_t>());
+  }
+  comm.all_reduce_host(&result.tokens, 1, comm::ReduceOp::sum);
+
+  if (hooks.progress) hooks.progress("forward and backward (all-gathers, reduce-scatters)");
+  engine.reset_times();
+  engine.zero_grad();
+  engine.on_gradient_ready([&](size_t layer) {
+    if (hooks.before_gradient_ready) hooks.before_gradient_ready(layer);
+    optimizer.gradient_ready(layer);
+  });
+  optimizer.begin_step(lr);
+  const auto device = engine.device();
+  const double loss_scale = 1.0 / std::max(1.0, result.tokens);
+  const double aux_scale = 1.0 / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));
+  double sums[2] = {0, 0};  // loss, aux
+  try {
+    for (size_t m = 0; m < batches.size(); ++m) {
+      const auto r = engine.forward_backward(batches[m].tokens.to(device), batches[m].labels.to(device), loss_scale,
+                                             aux_scale, m + 1 == batches.size());
+      sums[0] += r.loss_sum;
+      sums[1] += r.aux_loss;
+    }
+  } catch (...) {
+    engine.on_gradient_ready(nullptr);  // the hook refers to this call's arguments
+    throw;
+  }
+  engine.on_gradient_ready(nullptr);
+  comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
+  result.loss = sums[0] / std::max(1.0, result.tokens);
+  result.aux_loss = sums[1];
+
+  if (hooks.progress) hooks.progress("optimizer step (gradient-norm all-reduce)");
+  const double optimizer_start = now_s();
+  result.outcome = optimizer.finish_step();
+  const double end = now_s();
+  result.optimizer_s = end - optimizer_start;
+  result.seconds = end - start;
+  result.engine = engine.times();
+  result.optimizer = optimizer.times();
+  return result;
+}
+
+void SkipAccounting::count(const optim::StepOutcome& outcome, int64_t step) {
+  if (!outcome.skipped) {
+    consecutive_ = 0;
+    return;
+  }
+  ++total_;
+  SO_CHECK(++consecutive_ < limit_, consecutive_ << " consecutive steps had non-finite gradients (step " << step << ")"
+                                                 << hint("lower [optimizer] lr, enable gradient_clipping, or check the data"));
+}
+
+}  // namespace superoffload::train
