@@ -112,8 +112,16 @@ class DecoderBlock : public model::Layer {
       : Layer("model.layers." + std::to_string(index) + "."),
         rotary_(std::move(rotary)),
         window_(s.sliding_window[static_cast<size_t>(index)]) {
-    model::SelfAttentionOptions attention{s.hidden, s.heads,  s.kv_heads, s.head_dim, s.qkv_bias,
-                                          s.o_bias, s.fused, s.qk_norm,  s.eps,      false};
+    const model::SelfAttentionOptions attention{.hidden = s.hidden,
+                                                .heads = s.heads,
+                                                .kv_heads = s.kv_heads,
+                                                .head_dim = s.head_dim,
+                                                .qkv_bias = s.qkv_bias,
+                                                .o_bias = s.o_bias,
+                                                .fused_qkv = s.fused,
+                                                .qk_norm = s.qk_norm,
+                                                .norm_eps = s.eps,
+                                                .sinks = false};
     self_attn = register_module("self_attn", std::make_shared<model::SelfAttention>(attention));
     mlp = register_module("mlp", std::make_shared<Mlp>(s));
     input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(s.hidden, s.eps));

@@ -247,9 +247,16 @@ class DecoderBlock : public model::Layer {
       : Layer("model.layers." + std::to_string(index) + "."),
         rotary_(std::move(rotary)),
         window_(s.sliding_window[static_cast<size_t>(index)]) {
-    model::SelfAttentionOptions attention{s.hidden, s.heads, s.kv_heads, s.head_dim, s.attention_bias,
-                                          s.attention_bias && s.family == Family::gpt_oss, false,
-                                          s.family == Family::qwen3_moe, s.eps, s.family == Family::gpt_oss};
+    const model::SelfAttentionOptions attention{.hidden = s.hidden,
+                                                .heads = s.heads,
+                                                .kv_heads = s.kv_heads,
+                                                .head_dim = s.head_dim,
+                                                .qkv_bias = s.attention_bias,
+                                                .o_bias = s.attention_bias && s.family == Family::gpt_oss,
+                                                .fused_qkv = false,
+                                                .qk_norm = s.family == Family::qwen3_moe,
+                                                .norm_eps = s.eps,
+                                                .sinks = s.family == Family::gpt_oss};
     self_attn = register_module("self_attn", std::make_shared<model::SelfAttention>(attention));
     if (s.sparse[static_cast<size_t>(index)]) {
       moe = register_module(s.family == Family::mixtral ? "block_sparse_moe" : "mlp", std::make_shared<SparseMoe>(s));

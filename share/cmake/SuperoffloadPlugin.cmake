@@ -25,6 +25,9 @@ function(superoffload_add_plugin name)
     target_include_directories(${target} BEFORE PRIVATE "${ARG_INCLUDE_DIR}" "${ARG_INCLUDE_DIR}/superoffload")
   endif()
   target_compile_features(${target} PRIVATE cxx_std_20)
+  if(COMMAND superoffload_use_torch_pch)  # in superoffload's own build: its precompiled LibTorch headers
+    superoffload_use_torch_pch(${target})
+  endif()
   # Only the entry point needs to be visible; keeps plugins from clashing with each other.
   set_target_properties(${target} PROPERTIES
     OUTPUT_NAME superoffload_${name}

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "model/causal_lm.hpp"
 
 namespace superoffload::model {
 namespace {

@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "model/causal_lm.hpp"
 #include "model/hf_config.hpp"
 #include "model/plugin_abi.h"
 
 namespace superoffload::model {
+
+class CausalLM;
 
 struct PluginCandidate {
   std::string path;

@@ -18,6 +18,8 @@
 #include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
 #include "base/timer.hpp"
+#include "optim/optimizer.hpp"
+#include "zero/engine.hpp"
 
 namespace superoffload::train {
 
@@ -67,8 +69,11 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
     s.master = background ? s.master.clone() : s.master.contiguous();
     s.exp_avg = background ? s.exp_avg.clone() : s.exp_avg.contiguous();
     s.exp_avg_sq = background ? s.exp_avg_sq.clone() : s.exp_avg_sq.contiguous();
-    views.push_back({s.master.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
-                     s.master.numel(), s.steps});
+    views.push_back({.master = s.master.data_ptr<float>(),
+                     .exp_avg = s.exp_avg.data_ptr<float>(),
+                     .exp_avg_sq = s.exp_avg_sq.data_ptr<float>(),
+                     .numel = s.master.numel(),
+                     .steps = s.steps});
     states.push_back(std::move(s));
     const auto& l_layout = layers[l].layout();
     nlohmann::json parameters = nlohmann::json::array();

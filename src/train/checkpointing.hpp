@@ -15,11 +15,15 @@
 
 #include "config/config.hpp"
 #include "data/sampler.hpp"
-#include "zero/engine.hpp"
-#include "optim/optimizer.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;
+}
+namespace superoffload::zero {
+class ZeroEngine;
+}
+namespace superoffload::optim {
+class Optimizer;
 }
 
 namespace superoffload::train {

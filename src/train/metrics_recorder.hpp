@@ -8,8 +8,8 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "optim/optimizer.hpp"
-#include "zero/engine.hpp"
+#include "optim/step_outcome.hpp"
+#include "zero/engine_stats.hpp"
 
 namespace superoffload::io {
 class MetricsFile;

@@ -36,9 +36,7 @@ std::string format_step_line(const StepLine& l) {
   return line.str();
 }
 
-std::string format_breakdown(const StepResult& step) {
-  const auto& e = step.engine;
-  const auto& o = step.optimizer;
+std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTimes& o) {
   std::ostringstream text;
   text << "  time breakdown (s): forward " << e.forward_s << ", backward " << e.backward_s << ", gather wait "
        << e.gather_wait_s << ", reduce " << e.reduce_s << ", d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s

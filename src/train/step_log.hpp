@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "train/step.hpp"
+#include "optim/step_outcome.hpp"
+#include "zero/engine_stats.hpp"
 
 namespace superoffload::train {
 
@@ -21,7 +22,7 @@ struct StepLine {
 // "Step 12/100 | Loss 2.3456 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | ..."
 std::string format_step_line(const StepLine& line);
 // "  time breakdown (s): forward …, backward …" of the engine and the optimizer phases.
-std::string format_breakdown(const StepResult& step);
+std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer);
 // "1:02:03"
 std::string format_duration(double seconds);
 

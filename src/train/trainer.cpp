@@ -189,8 +189,13 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   if (t.bench_steps > 0) total_steps = std::min(total_steps, t.warmup_steps + t.bench_steps);
   const LrSchedule schedule(cfg.lr_schedule, cfg.optimizer.lr, total_steps);
 
-  const ThroughputInputs throughput{static_cast<double>(shape.active_parameters), shape.num_layers, shape.hidden_size,
-                                    cfg.data.seq_len, t.activation_checkpointing, t.train_batch_size, size};
+  const ThroughputInputs throughput{.active_parameters = static_cast<double>(shape.active_parameters),
+                                    .layers = shape.num_layers,
+                                    .hidden = shape.hidden_size,
+                                    .seq_len = cfg.data.seq_len,
+                                    .activation_checkpointing = t.activation_checkpointing,
+                                    .samples_per_step = t.train_batch_size,
+                                    .world_size = size};
   const double peak = peak_tflops(cfg.runtime.peak_tflops, binding.gpu_name);
   if (rank == 0) {
     SO_LOG(info) << "training " << shape.total_parameters / 1e6 << "M parameters (" << shape.active_parameters / 1e6
@@ -274,7 +279,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
            .peak_tflops = peak,
            .skipped = result.outcome.skipped,
            .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1)});
-      if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result);
+      if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result.engine, result.optimizer);
     }
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));

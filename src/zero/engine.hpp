@@ -16,6 +16,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
+#include "zero/engine_stats.hpp"
 #include "zero/partitioned_layer.hpp"
 
 namespace superoffload::zero {
@@ -34,23 +35,6 @@ struct MicroBatchResult {
   double loss_sum = 0;      // sum of token losses of this rank's micro-batch (fp32)
   int64_t tokens = 0;       // tokens counted in it
   double aux_loss = 0;      // MoE load balancing, if any (already weighted)
-};
-
-// Device-resident elements, for logs and the memory test.
-struct ParameterMemory {
-  int64_t shard_numel = 0;           // this rank's shards, all layers
-  int64_t live_numel = 0;            // gathered buffers now
-  int64_t peak_live_numel = 0;       // the most gathered at once
-  int64_t peak_resident_numel = 0;   // the most shards + gathered at once
-  int64_t activation_bytes = 0;      // saved layer inputs at the peak of the last micro-batch
-};
-
-// Seconds spent per phase since reset_times(): compute excludes the waits counted apart.
-struct PhaseTimes {
-  double forward_s = 0;      // layer forwards (and the head's loss)
-  double backward_s = 0;     // recompute + backward
-  double gather_wait_s = 0;  // blocked waiting for all-gathers
-  double reduce_s = 0;       // gradient flattening and reduce-scatter
 };
 
 class ZeroEngine {

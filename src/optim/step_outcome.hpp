@@ -1,0 +1,30 @@
+// What an optimizer reports about a step: the validation outcome and its phase times.
+// Torch-free, for the code that only logs and records them.
+#pragma once
+
+#include <cstdint>
+
+namespace superoffload::optim {
+
+// What validation decided for a step.
+struct StepOutcome {
+  double grad_norm = 0;  // global L2 norm of the reduced gradients (before clipping)
+  bool clipped = false;  // gradients scaled by clip_coefficient()
+  bool skipped = false;  // a gradient was not finite: nothing was stepped
+  int64_t rolled_back = 0;                     // speculated sub-groups undone (and replayed unless skipped)
+  int64_t speculated_before_backward_end = 0;  // CPU sub-group steps that overlapped backward
+};
+
+// Seconds per optimizer phase in the last step (the logged wall-clock breakdown). An
+// optimizer fills the phases it has.
+struct OptimizerTimes {
+  double d2h_s = 0;          // gradients to host memory
+  double cpu_step_s = 0;     // SIMD AdamW on the host (speculated and after backward)
+  double device_step_s = 0;  // AdamW on the engine's device
+  double h2d_s = 0;          // updated weights back to the device shards
+  double wait_s = 0;         // step end waiting for speculated steps
+  double rollback_s = 0;     // undoing speculated steps
+  double total() const { return d2h_s + cpu_step_s + device_step_s + h2d_s + wait_s + rollback_s; }
+};
+
+}  // namespace superoffload::optim
