@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "base/timer.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
-#include "base/timer.hpp"
 
 namespace io = superoffload::io;
 using superoffload::runtime::now_s;

@@ -47,9 +47,9 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
+#include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
 #include "optim/thread_pool.hpp"
-#include "base/timer.hpp"
 
 namespace bench {
 HWY_EXPORT(Stream);

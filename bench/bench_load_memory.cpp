@@ -13,10 +13,10 @@
 #include <optional>
 #include <string>
 
-#include "model_io/load_model.hpp"
 #include "base/allocator.hpp"
 #include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
+#include "model_io/load_model.hpp"
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
 

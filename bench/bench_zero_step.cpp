@@ -15,14 +15,14 @@
 #include <optional>
 #include <string>
 
+#include "base/logging.hpp"
+#include "base/timer.hpp"
+#include "cluster/mpi_world.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "model_io/load_model.hpp"
-#include "base/logging.hpp"
-#include "cluster/mpi_world.hpp"
-#include "base/timer.hpp"
-#include "zero/engine.hpp"
 #include "optim/sharded_adamw.hpp"
 #include "train/step.hpp"
+#include "zero/engine.hpp"
 
 namespace so = superoffload;
 using so::runtime::now_s;

@@ -2,9 +2,9 @@
 // fused c_attn, HF's Conv1D weight layout ([in, out], y = x W + b) and a head tied to wte.
 #include <cmath>
 
+#include "base/error.hpp"
 #include "model/blocks/attention.hpp"
 #include "model/plugin.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::plugins::gpt2 {
 namespace {

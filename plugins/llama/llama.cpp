@@ -2,13 +2,13 @@
 // SwiGLU — LlamaForCausalLM (Llama 2, 3.x), MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // Qwen3ForCausalLM (per-head q/k RMSNorm), Phi3ForCausalLM (fused qkv_proj and gate_up_proj;
 // Phi-4) and SeedOssForCausalLM. Parameter names are exactly HF's.
+#include "base/error.hpp"
 #include "model/blocks/decoder_layers.hpp"
 #include "model/blocks/linear.hpp"
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
 #include "model/plugin.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::plugins::llama {
 namespace {

@@ -7,13 +7,13 @@
 // count), each MoE layer adds router_aux_loss_coef · E · Σ_e f_e · P_e / (MoE layers) to
 // BatchContext::aux_losses — the Switch-Transformer loss per layer, averaged. HF computes the
 // same quantity over all layers' tokens at once; layer-by-layer execution needs it per layer.
+#include "base/error.hpp"
 #include "model/blocks/decoder_layers.hpp"
 #include "model/blocks/linear.hpp"
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
 #include "model/plugin.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::plugins::moe {
 namespace {

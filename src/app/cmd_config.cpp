@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "config/toml_writer.hpp"
 #include "cluster/mpi_world.hpp"
+#include "config/toml_writer.hpp"
 
 namespace superoffload::app {
 

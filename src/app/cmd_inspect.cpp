@@ -11,10 +11,10 @@
 #include <numeric>
 
 #include "app/commands.hpp"
-#include "io/checkpoint_files.hpp"
-#include "io/hdf5_file.hpp"
 #include "base/error.hpp"
 #include "cluster/mpi_world.hpp"
+#include "io/checkpoint_files.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace superoffload::app {
 namespace {

@@ -2,8 +2,8 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "model_io/plugin_loader.hpp"
 #include "cluster/mpi_world.hpp"
+#include "model_io/plugin_loader.hpp"
 
 namespace superoffload::app {
 

@@ -5,11 +5,11 @@
 #include <filesystem>
 
 #include "app/commands.hpp"
+#include "base/error.hpp"
+#include "base/timer.hpp"
+#include "cluster/mpi_world.hpp"
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
-#include "base/error.hpp"
-#include "cluster/mpi_world.hpp"
-#include "base/timer.hpp"
 
 namespace superoffload::app {
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "app/commands.hpp"
-#include "cluster/mpi_world.hpp"
 #include "base/error.hpp"
+#include "cluster/mpi_world.hpp"
 #include "cluster/stop_request.hpp"
 #include "train/trainer.hpp"
 

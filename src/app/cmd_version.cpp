@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "train/build_info.hpp"
 #include "cluster/mpi_world.hpp"
+#include "train/build_info.hpp"
 
 namespace superoffload::app {
 

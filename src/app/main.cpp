@@ -6,10 +6,10 @@
 
 #include "app/commands.hpp"
 #include "base/allocator.hpp"
-#include "io/check_hdf5.hpp"
-#include "cluster/job_exit.hpp"
 #include "base/logging.hpp"
+#include "cluster/job_exit.hpp"
 #include "cluster/mpi_world.hpp"
+#include "io/check_hdf5.hpp"
 
 namespace so = superoffload;
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "config/load.hpp"
-#include "cluster/binding.hpp"
 #include "base/logging.hpp"
+#include "cluster/binding.hpp"
+#include "config/load.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;

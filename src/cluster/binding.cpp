@@ -5,9 +5,9 @@
 #include <map>
 #include <sstream>
 
+#include "base/logging.hpp"
 #include "cluster/compute_threads.hpp"
 #include "cluster/gpu_devices.hpp"
-#include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/topology.hpp"
 

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <sstream>
 
-#include "cluster/job_exit.hpp"
 #include "base/timer.hpp"
+#include "cluster/job_exit.hpp"
 
 namespace superoffload::runtime {
 

@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "comm/bf16.hpp"
 #include "cluster/check_mpi.hpp"
+#include "comm/bf16.hpp"
 
 namespace superoffload::comm {
 namespace {

@@ -1,9 +1,9 @@
 // NCCL backend.
 #include "comm/nccl_communicator.hpp"
 
-#include "comm/mpi_communicator.hpp"
 #include "cluster/check_cuda.hpp"
 #include "cluster/check_mpi.hpp"
+#include "comm/mpi_communicator.hpp"
 
 namespace superoffload::comm {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "base/error.hpp"
+#include "config/config.hpp"
 
 namespace superoffload::config {
 

@@ -3,12 +3,12 @@
 
 #include <climits>
 
-#include "data/jsonl_reader.hpp"
-#include "data/tokenizer.hpp"
-#include "cluster/check_mpi.hpp"
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
+#include "cluster/check_mpi.hpp"
+#include "data/jsonl_reader.hpp"
+#include "data/tokenizer.hpp"
 
 namespace superoffload::data {
 namespace {

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.hpp"
 #include "base/error.hpp"
+#include "data/tokenizer.hpp"
 
 namespace superoffload::data {
 namespace {

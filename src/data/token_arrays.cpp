@@ -3,8 +3,8 @@
 
 #include <filesystem>
 
-#include "io/hdf5_file.hpp"
 #include "base/error.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace superoffload::data {
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "model/labels.hpp"
 #include "base/error.hpp"
+#include "model/labels.hpp"
 
 namespace superoffload::data {
 

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "data/byte_level_bpe.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::data {
 

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cluster/check_mpi.hpp"
 #include "base/check_sys.hpp"
 #include "base/error.hpp"
+#include "cluster/check_mpi.hpp"
 
 namespace superoffload::io {
 

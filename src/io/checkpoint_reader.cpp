@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/error.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::io {
 

@@ -3,11 +3,11 @@
 
 #include <cstdio>
 
-#include "io/checkpoint_files.hpp"
-#include "io/hdf5_file.hpp"
-#include "cluster/check_mpi.hpp"
 #include "base/error.hpp"
 #include "base/timer.hpp"
+#include "cluster/check_mpi.hpp"
+#include "io/checkpoint_files.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace superoffload::io {
 

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "io/check_hdf5.hpp"
 #include "base/error.hpp"
+#include "io/check_hdf5.hpp"
 
 namespace superoffload::io {
 

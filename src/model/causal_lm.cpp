@@ -37,7 +37,8 @@ LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labe
                                 const BatchContext& context, const std::function<void(const at::Tensor&)>& each) {
   const int64_t seq = hidden.size(1);
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
-  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), 0};
+  // Counted once, not per chunk: on a GPU every count is a device-to-host synchronisation.
+  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), labels.ne(kIgnoreLabel).sum().item<int64_t>()};
   for (int64_t start = 0; start < seq; start += chunk) {
     const int64_t length = std::min(chunk, seq - start);
     const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});
@@ -46,7 +47,6 @@ LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labe
                                                    at::Reduction::Sum, kIgnoreLabel);
     if (each) each(chunk_loss);
     total.sum = total.sum + chunk_loss.detach();
-    total.tokens += chunk_labels.ne(kIgnoreLabel).sum().item<int64_t>();
   }
   return total;
 }

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "model_io/safetensors.hpp"
 #include "model_io/weights.hpp"
-#include "base/error.hpp"
 
 namespace superoffload::model {
 namespace {

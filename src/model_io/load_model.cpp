@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "model_io/safetensors.hpp"
-#include "model_io/weights.hpp"
 #include "base/error.hpp"
 #include "base/logging.hpp"
+#include "model_io/safetensors.hpp"
+#include "model_io/weights.hpp"
 
 namespace superoffload::model {
 

@@ -12,10 +12,10 @@
 #include <sstream>
 #include <utility>
 
-#include "optim/cpu_adamw.hpp"
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
+#include "optim/cpu_adamw.hpp"
 
 namespace superoffload::optim {
 

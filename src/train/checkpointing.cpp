@@ -8,17 +8,17 @@
 #include <utility>
 #include <sstream>
 
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "base/timer.hpp"
+#include "cluster/check_mpi.hpp"
+#include "cluster/mpi_world.hpp"
 #include "config/toml_writer.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
-#include "train/build_info.hpp"
-#include "cluster/check_mpi.hpp"
-#include "base/error.hpp"
-#include "base/logging.hpp"
-#include "cluster/mpi_world.hpp"
-#include "base/timer.hpp"
 #include "optim/optimizer.hpp"
+#include "train/build_info.hpp"
 #include "zero/engine.hpp"
 
 namespace superoffload::train {

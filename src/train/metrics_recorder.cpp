@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "io/metrics_file.hpp"
 #include "cluster/check_mpi.hpp"
 #include "cluster/mpi_world.hpp"
+#include "io/metrics_file.hpp"
 
 namespace superoffload::train {
 

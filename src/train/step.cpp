@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "model/causal_lm.hpp"
 #include "base/error.hpp"
 #include "base/timer.hpp"
+#include "model/causal_lm.hpp"
 
 namespace superoffload::train {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "cluster/binding.hpp"
+#include "config/config.hpp"
 
 namespace superoffload::runtime {
 class MpiWorld;

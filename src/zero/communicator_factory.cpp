@@ -1,9 +1,9 @@
 // Communicator selection.
 #include "zero/communicator_factory.hpp"
 
-#include "comm/mpi_communicator.hpp"
 #include "base/build_config.hpp"
 #include "base/error.hpp"
+#include "comm/mpi_communicator.hpp"
 
 #if SUPEROFFLOAD_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>

@@ -2,10 +2,10 @@
 // takes once checkpoints exist). Usage: export_roundtrip IN_DIR OUT_DIR DTYPE MAX_SHARD_SIZE
 #include <iostream>
 
+#include "base/logging.hpp"
 #include "model_io/export_hf.hpp"
 #include "model_io/load_model.hpp"
 #include "model_io/safetensors.hpp"
-#include "base/logging.hpp"
 
 int main(int argc, char** argv) {
   namespace m = superoffload::model;

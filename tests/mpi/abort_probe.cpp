@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "base/error.hpp"
-#include "cluster/job_exit.hpp"
 #include "base/logging.hpp"
+#include "cluster/job_exit.hpp"
 #include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "cluster/mpi_world.hpp"
 #include "comm/bf16.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "cluster/mpi_world.hpp"
 
 namespace so = superoffload;
 extern so::runtime::MpiWorld* g_world;

@@ -5,9 +5,9 @@
 #include <map>
 #include <set>
 
+#include "base/error.hpp"
 #include "cluster/binding_plan.hpp"
 #include "cluster/cpu_set.hpp"
-#include "base/error.hpp"
 #include "cluster/topology.hpp"
 
 namespace so = superoffload::runtime;

@@ -4,9 +4,9 @@
 #include <fcntl.h>
 #include <hdf5.h>
 
-#include "io/check_hdf5.hpp"
 #include "base/check_sys.hpp"
 #include "base/error.hpp"
+#include "io/check_hdf5.hpp"
 
 namespace so = superoffload;
 

@@ -8,12 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "data/jsonl_reader.hpp"
 #include "data/prepare.hpp"
 #include "data/record_tokenizer.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
-#include "base/error.hpp"
 
 namespace d = superoffload::data;
 namespace fs = std::filesystem;

@@ -5,8 +5,8 @@
 
 #include <sys/resource.h>
 
-#include "optim/host_memory.hpp"
 #include "base/logging.hpp"
+#include "optim/host_memory.hpp"
 
 namespace o = superoffload::optim;
 

@@ -7,8 +7,8 @@
 
 #include <fstream>
 
-#include "model_io/load_model.hpp"
 #include "base/logging.hpp"
+#include "model_io/load_model.hpp"
 
 namespace m = superoffload::model;
 

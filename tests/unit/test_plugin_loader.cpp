@@ -6,8 +6,8 @@
 
 #include <fstream>
 
-#include "model_io/plugin_loader.hpp"
 #include "base/error.hpp"
+#include "model_io/plugin_loader.hpp"
 
 namespace m = superoffload::model;
 

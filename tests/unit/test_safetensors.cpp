@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "model_io/safetensors.hpp"
 #include "base/error.hpp"
+#include "model_io/safetensors.hpp"
 
 namespace m = superoffload::model;
 namespace fs = std::filesystem;

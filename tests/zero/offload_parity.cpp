@@ -22,11 +22,11 @@
 #include <memory>
 #include <optional>
 
+#include "base/logging.hpp"
+#include "cluster/mpi_world.hpp"
 #include "model_io/load_model.hpp"
 #include "optim/offload_optimizer.hpp"
 #include "optim/sharded_adamw.hpp"
-#include "base/logging.hpp"
-#include "cluster/mpi_world.hpp"
 #include "synthetic_batches.hpp"
 #include "train/step.hpp"
 #include "zero/communicator_factory.hpp"
@@ -73,14 +73,9 @@ Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MP
     }
   }};
   Run run;
-  const int world_size = comm->size(), rank = comm->rank();
   for (step_now = 0; step_now < kSteps; ++step_now) {
-    auto [tokens, labels] = so::testing::global_batch(step_now, kMicro * kAccumulation * world_size, kSeq);
-    std::vector<so::train::MicroBatch> batches;
-    for (int m = 0; m < kAccumulation; ++m) {
-      const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * kMicro;
-      batches.push_back({tokens.narrow(0, first, kMicro), labels.narrow(0, first, kMicro)});
-    }
+    const auto batches =
+        so::testing::rank_micro_batches(step_now, kMicro, kAccumulation, comm->size(), comm->rank(), kSeq);
     const auto outcome = so::train::run_step(engine, *optimizer, batches, kLr, hooks).outcome;
     run.skipped += outcome.skipped;
     run.clipped += outcome.clipped;

@@ -5,8 +5,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <utility>
+#include <vector>
 
 #include "model/causal_lm.hpp"
+#include "train/step.hpp"
 
 namespace superoffload::testing {
 
@@ -32,6 +34,19 @@ inline std::pair<at::Tensor, at::Tensor> global_batch(int step, int rows, int se
   auto labels = model::next_token_labels(tokens);
   labels.narrow(0, 0, 1).narrow(1, 0, 3).fill_(model::kIgnoreLabel);  // a masked prompt in the first row
   return {tokens, labels};
+}
+
+// This rank's micro-batches of a step's global batch (`accumulation` micro-steps of `micro`
+// rows per rank): rank r takes rows [(m·N + r)·micro, +micro) of micro-step m.
+inline std::vector<train::MicroBatch> rank_micro_batches(int step, int micro, int accumulation, int world_size,
+                                                         int rank, int seq) {
+  auto [tokens, labels] = global_batch(step, micro * accumulation * world_size, seq);
+  std::vector<train::MicroBatch> batches;
+  for (int m = 0; m < accumulation; ++m) {
+    const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * micro;
+    batches.push_back({tokens.narrow(0, first, micro), labels.narrow(0, first, micro)});
+  }
+  return batches;
 }
 
 }  // namespace superoffload::testing

@@ -1,9 +1,10 @@
 // Under mpirun -np N: trains a tiny model with the training step the trainer runs
 // (train/step.hpp: the ZeRO-3 engine's partitioned parameters, layer-by-layer gather/release,
-// checkpointing, reduce-scattered gradients, token weighting, clipping, sharded AdamW) and, on rank 0, with a plain unpartitioned single-process LibTorch loop (same initial
-// weights, same micro-batches accumulated in the same order, torch::optim::AdamW,
-// clip_grad_norm_). Compares every step's loss and
-// the final parameters; optionally checks the per-rank parameter memory and bf16 training.
+// checkpointing, reduce-scattered gradients, token weighting, clipping, sharded AdamW) and,
+// on rank 0, with a plain unpartitioned single-process LibTorch loop (same initial weights,
+// same micro-batches accumulated in the same order, torch::optim::AdamW, clip_grad_norm_).
+// Compares every step's loss and the final parameters; optionally checks the per-rank
+// parameter memory and bf16 training.
 // With --device cuda the engine runs on each rank's GPU with NCCL (the reference stays on
 // the CPU); without a GPU that run exits 77, which CTest reports as skipped.
 //
@@ -24,14 +25,14 @@
 #include <optional>
 #include <string>
 
-#include "model_io/load_model.hpp"
 #include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
-#include "zero/communicator_factory.hpp"
-#include "synthetic_batches.hpp"
-#include "zero/engine.hpp"
+#include "model_io/load_model.hpp"
 #include "optim/sharded_adamw.hpp"
+#include "synthetic_batches.hpp"
 #include "train/step.hpp"
+#include "zero/communicator_factory.hpp"
+#include "zero/engine.hpp"
 
 namespace so = superoffload;
 
@@ -91,16 +92,9 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
   // reduce-scatter is done, in backward order (head first).
   std::vector<size_t> ready;
   const so::train::StepHooks hooks{.before_gradient_ready = [&](size_t layer) { ready.push_back(layer); }};
-  const int world_size = comm.size(), rank = comm.rank();
-  const int rows = o.micro * o.accumulation * world_size;
   for (int step = 0; step < steps; ++step) {
-    auto [tokens, labels] = global_batch(step, rows, o.seq);
-    // This rank's micro-batches: rank r takes rows [(m·N + r)·micro, +micro) of micro-step m.
-    std::vector<so::train::MicroBatch> batches;
-    for (int m = 0; m < o.accumulation; ++m) {
-      const int64_t first = (static_cast<int64_t>(m) * world_size + rank) * o.micro;
-      batches.push_back({tokens.narrow(0, first, o.micro), labels.narrow(0, first, o.micro)});
-    }
+    const auto batches =
+        so::testing::rank_micro_batches(step, o.micro, o.accumulation, comm.size(), comm.rank(), o.seq);
     const auto result = so::train::run_step(engine, optimizer, batches, o.lr, hooks);
     run.losses.push_back(result.loss);
     std::vector<size_t> expected(engine.layers().size());

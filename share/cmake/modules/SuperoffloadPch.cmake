@@ -1,13 +1,15 @@
 # Precompiled LibTorch headers. Parsing <ATen/ATen.h> and the module headers takes about
 # 11 of the ~16 s a LibTorch translation unit needs on one core; with the headers
 # precompiled once and reused, such a unit compiles in ~5 s. GCC accepts a precompiled header
-# only where the code-generation flags match (-fPIC for libraries and plugins, -fPIE for
-# executables), so there are two owners; other flags (defines, warnings, visibility) may differ.
+# only where the code-generation flags match: libraries and plugins are compiled with -fPIC,
+# and so are the executables' LibTorch units (instead of -fPIE: PIC code links into a PIE
+# executable), so that one header serves all. Other flags (defines, warnings, visibility)
+# may differ.
 #
-#   superoffload_use_torch_pch(<target>...)   reuse the matching header in the sources that
-#                                             include LibTorch (no-op when off)
+#   superoffload_use_torch_pch(<target>...)   reuse the header in the sources that include
+#                                             LibTorch (no-op when off)
 #
-# SUPEROFFLOAD_PCH=OFF compiles without them (e.g. to check that every file includes what it uses).
+# SUPEROFFLOAD_PCH=OFF compiles without it (e.g. to check that every file includes what it uses).
 option(SUPEROFFLOAD_PCH "Precompile the LibTorch headers once and reuse them in every target that uses LibTorch" ON)
 set(SUPEROFFLOAD_TORCH_PCH_HEADERS <ATen/ATen.h> <torch/nn/module.h> <torch/autograd.h>)
 # Where the project's "quoted" includes are found, for the scan below.
@@ -15,15 +17,11 @@ set(SUPEROFFLOAD_INCLUDE_ROOTS "${PROJECT_SOURCE_DIR}/include/superoffload" "${P
   "${PROJECT_SOURCE_DIR}/src")
 
 if(SUPEROFFLOAD_PCH)
-  set(_pch_dir "${PROJECT_SOURCE_DIR}/share/cmake/pch")
-  add_library(superoffload_pch_pic STATIC "${_pch_dir}/torch_pch.cpp")
-  set_target_properties(superoffload_pch_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
-  add_executable(superoffload_pch_exe "${_pch_dir}/torch_pch_main.cpp")
-  foreach(owner superoffload_pch_pic superoffload_pch_exe)
-    target_link_libraries(${owner} PRIVATE torch)
-    target_compile_features(${owner} PRIVATE cxx_std_20)
-    target_precompile_headers(${owner} PRIVATE ${SUPEROFFLOAD_TORCH_PCH_HEADERS})
-  endforeach()
+  add_library(superoffload_torch_pch STATIC "${PROJECT_SOURCE_DIR}/share/cmake/pch/torch_pch.cpp")
+  set_target_properties(superoffload_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_link_libraries(superoffload_torch_pch PRIVATE torch)
+  target_compile_features(superoffload_torch_pch PRIVATE cxx_std_20)
+  target_precompile_headers(superoffload_torch_pch PRIVATE ${SUPEROFFLOAD_TORCH_PCH_HEADERS})
 endif()
 
 # Whether <file> includes LibTorch, directly or through the project's own headers (followed
@@ -71,11 +69,12 @@ function(superoffload_use_torch_pch)
     return()
   endif()
   foreach(target IN LISTS ARGN)
+    target_precompile_headers(${target} REUSE_FROM superoffload_torch_pch)
     get_target_property(type ${target} TYPE)
     if(type STREQUAL "EXECUTABLE")
-      target_precompile_headers(${target} REUSE_FROM superoffload_pch_exe)
-    else()
-      target_precompile_headers(${target} REUSE_FROM superoffload_pch_pic)
+      # -fPIC like the header (CMake would give executables -fPIE); still linked as PIE.
+      set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+      target_compile_options(${target} PRIVATE -fPIC)
     endif()
     get_target_property(sources ${target} SOURCES)
     get_target_property(source_dir ${target} SOURCE_DIR)

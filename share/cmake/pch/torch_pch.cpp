@@ -1,2 +1,2 @@
-// The translation unit that owns the precompiled LibTorch headers of libraries and plugins
-// (share/cmake/modules/SuperoffloadPch.cmake). It has no code of its own.
+// The translation unit that owns the precompiled LibTorch headers of the libraries, plugins
+// and executables (share/cmake/modules/SuperoffloadPch.cmake). It has no code of its own.

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "model/hf_config.hpp"
 #include "base/error.hpp"
+#include "model/hf_config.hpp"
 
 namespace superoffload::model {
 

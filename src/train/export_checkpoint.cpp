@@ -1,0 +1,76 @@
+// export_checkpoint.
+#include "train/export_checkpoint.hpp"
+
+#include <torch/autograd.h>
+
+#include "base/error.hpp"
+#include "base/logging.hpp"
+#include "io/checkpoint_files.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "model_io/export_hf.hpp"
+#include "model_io/load_model.hpp"
+#include "model_io/safetensors.hpp"
+
+namespace superoffload::train {
+
+namespace fs = std::filesystem;
+
+// A step_* directory as given, else the newest complete checkpoint of an output directory
+// or of its checkpoints/ folder.
+fs::path find_checkpoint_to_export(const std::string& given, MPI_Comm comm) {
+  const fs::path path(given);
+  SO_CHECK(fs::exists(path), "checkpoint " << given << " does not exist");
+  if (io::step_of(path) || fs::exists(path / "DONE")) {
+    const auto problem = io::checkpoint_problem(path, comm);
+    SO_CHECK(problem.empty(), "cannot export " << given << ": " << problem);
+    return path;
+  }
+  const fs::path root = fs::exists(path / "checkpoints") ? path / "checkpoints" : path;
+  std::vector<std::string> notes;
+  const auto chosen = io::resolve_checkpoint(root, "latest", comm, notes);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    for (const auto& note : notes) SO_LOG(warning) << note;
+  }
+  SO_CHECK(!chosen.empty(), "no complete checkpoint under " << root.string());
+  return chosen;
+}
+
+ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequest& request) {
+  io::CheckpointReader reader(directory);
+  const auto& saved = reader.manifest();
+  const auto model_dir = request.model.empty() ? saved.at("model").at("path").get<std::string>() : request.model;
+  SO_CHECK(fs::exists(fs::path(model_dir) / "config.json"),
+           "the model directory " << model_dir << " (from " << (request.model.empty() ? "the manifest" : "--model")
+                                  << ") has no config.json"
+                                  << hint("pass --model with the HF directory the run trained"));
+  // The model's structure only: parameters are allocated but not filled (deferred).
+  auto loaded = model::load_model(model_dir, saved.at("model").value("plugin", std::string("auto")), config::InitMode::random, 0,
+                                  /*defer=*/true);
+  auto& layers = loaded.model->layers();
+  SO_CHECK(layers.size() == reader.layers(),
+           directory.string() << " has " << reader.layers() << " layers; " << model_dir << " builds " << layers.size());
+  model::ExportOptions options{.dtype = request.dtype, .max_shard_bytes = model::parse_byte_size(request.max_shard_size)};
+  options.before_layer = [&](size_t l) {
+    torch::NoGradGuard no_grad;
+    const auto& slots = saved.at("layers").at(l).at("parameters");
+    size_t p = 0;
+    for (auto& [name, tensor] : layers[l]->hf_parameters()) {
+      SO_CHECK(p < slots.size() && slots[p].at("name").get<std::string>() == name &&
+                   slots[p].at("numel").get<int64_t>() == tensor.numel(),
+               directory.string() << ": layer " << l << " does not match " << model_dir << " at parameter " << name);
+      auto values = at::empty({tensor.numel()}, at::kFloat);
+      reader.read(l, "master", slots[p].at("offset").get<int64_t>(), tensor.numel(), values.data_ptr<float>());
+      tensor.detach().copy_(values.view(tensor.sizes()));
+      ++p;
+    }
+  };
+  options.after_layer = [&](size_t l) {
+    for (auto& parameter : layers[l]->parameters()) parameter.set_data(at::empty({0}, parameter.options()));
+  };
+  model::export_hf(*loaded.model, model_dir, request.to, options);
+  return {.step = reader.step(), .world_size = reader.world_size()};
+}
+
+}  // namespace superoffload::train

@@ -1,0 +1,31 @@
+// `superoffload export`'s work: the fp32 master weights of a checkpoint (written at any world
+// size) as a HuggingFace directory — sharded safetensors, index, config.json and the
+// tokenizer files of the model the run trained — read one layer at a time from the rank
+// files, so memory holds at most one layer.
+#pragma once
+
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+
+namespace superoffload::train {
+
+struct ExportRequest {
+  std::string checkpoint;  // a step_XXXXXXXX directory, or a run's output directory (its latest)
+  std::string to;          // the HF directory to write
+  std::string dtype = "bf16";  // "bf16" or "fp32"
+  std::string max_shard_size = "5GB";
+  std::string model;       // the HF model directory the run trained; "" = the manifest's
+};
+
+// Collective: the checkpoint is found and verified by every rank of `comm`.
+std::filesystem::path find_checkpoint_to_export(const std::string& given, MPI_Comm comm);
+struct ExportedCheckpoint {
+  int64_t step = 0;        // of the checkpoint
+  int64_t world_size = 0;  // ranks that wrote it
+};
+// On one process.
+ExportedCheckpoint export_checkpoint(const std::filesystem::path& directory, const ExportRequest& request);
+
+}  // namespace superoffload::train
