@@ -21,7 +21,7 @@
 #include "io/checkpoint_writer.hpp"
 
 namespace io = superoffload::io;
-using superoffload::runtime::now_s;
+using superoffload::base::now_s;
 
 namespace {
 

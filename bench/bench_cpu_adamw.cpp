@@ -58,7 +58,7 @@ HWY_EXPORT(Stream);
 namespace {
 
 namespace o = superoffload::optim;
-using superoffload::runtime::now_s;
+using superoffload::base::now_s;
 
 // Best of `reps` runs, in seconds.
 double best_of(int reps, const std::function<void()>& run) {

@@ -30,8 +30,8 @@ double peak_rss_mb() {
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::warning);
-  so::runtime::configure_host_allocator();  // as superoffload's main does
-  std::optional<so::runtime::MpiWorld> world;
+  so::base::configure_host_allocator();  // as superoffload's main does
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   const bool stream = argc > 1 && std::string(argv[1]) == "stream";
   const auto dir = std::filesystem::temp_directory_path() / ("so_stream_" + std::to_string(::getpid()));

@@ -25,7 +25,7 @@
 #include "zero/engine.hpp"
 
 namespace so = superoffload;
-using so::runtime::now_s;
+using so::base::now_s;
 
 namespace {
 
@@ -37,7 +37,7 @@ constexpr const char* kConfig = R"({"architectures": ["LlamaForCausalLM"], "voca
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::warning);
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   int steps = 3, seq = 256, micro = 1, threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -24,7 +24,7 @@ void add_config_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
                       "Resolve batch sizes for this many ranks (default: the current MPI world)")
       ->check(CLI::PositiveNumber);
   command->callback([&run, &globals, options] {
-    run = [&globals, options](const runtime::MpiWorld& world) {
+    run = [&globals, options](const cluster::MpiWorld& world) {
       if (options->reference) {
         if (world.rank() == 0) std::cout << config::reference_toml();
         return 0;

@@ -10,7 +10,7 @@
 namespace superoffload::app {
 namespace {
 
-int run_eval(const runtime::MpiWorld& world, const train::EvalRequest& request) {
+int run_eval(const cluster::MpiWorld& world, const train::EvalRequest& request) {
   bind_and_report(world, "auto");
   if (world.rank() != 0) return 0;  // one process evaluates; the others only share the start-up
   const auto r = train::evaluate(request);
@@ -35,7 +35,7 @@ void add_eval_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run)
   eval->add_option("--dump-logits", options->dump_logits,
                    "Write fp32 logits [batch, seq, vocab] and per-token loss to this HDF5 file");
   eval->add_option("--plugin", options->plugin, "Plugin: auto (from config.json), a name, or a .so path");
-  eval->callback([&run, options] { run = [options](const runtime::MpiWorld& world) { return run_eval(world, *options); }; });
+  eval->callback([&run, options] { run = [options](const cluster::MpiWorld& world) { return run_eval(world, *options); }; });
 }
 
 }  // namespace superoffload::app

@@ -19,14 +19,14 @@ void add_export_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& ru
   command->add_option("--model", o->model,
                       "The HF model directory the run trained (config.json, tokenizer); default: the manifest's");
   command->callback([&run, o] {
-    run = [o](const runtime::MpiWorld& world) {
+    run = [o](const cluster::MpiWorld& world) {
       const auto directory = train::find_checkpoint_to_export(o->checkpoint, world.world());
       if (world.rank() != 0) return 0;  // the export itself is serial
-      const double start_s = runtime::now_s();
+      const double start_s = base::now_s();
       const auto exported = train::export_checkpoint(directory, *o);
       SO_LOG(info) << "exported " << directory.string() << " (step " << exported.step << ", written by "
                    << exported.world_size << " rank(s)) to " << o->to << " as " << o->dtype << " in "
-                   << runtime::now_s() - start_s << " s";
+                   << base::now_s() - start_s << " s";
       return 0;
     };
   });

@@ -66,7 +66,7 @@ void inspect_metrics(const fs::path& path) {
   }
 }
 
-void inspect_checkpoint(const fs::path& directory, const runtime::MpiWorld& world) {
+void inspect_checkpoint(const fs::path& directory, const cluster::MpiWorld& world) {
   const auto problem = io::checkpoint_problem(directory, world.world());
   if (world.rank() != 0) return;
   std::printf("checkpoint %s\n", directory.string().c_str());
@@ -100,7 +100,7 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
   auto* command = app.add_subcommand("inspect", "Summarise a metrics.h5 file or a checkpoint (checksums verified)");
   command->add_option("path", *path, "metrics.h5, a checkpoint directory, or a run's output directory")->required();
   command->callback([&run, path] {
-    run = [path](const runtime::MpiWorld& world) {
+    run = [path](const cluster::MpiWorld& world) {
       fs::path target(*path);
       SO_CHECK(fs::exists(target), *path << " does not exist");
       if (fs::is_regular_file(target)) {

@@ -25,7 +25,7 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   command->add_option("--host-memory", o->host_memory_gb, "Host memory per node in GB (optional)");
   command->add_flag("--cpu", o->cpu, "Ranks without GPUs (everything in host memory)");
   command->callback([&run, &globals, o] {
-    run = [&globals, o](const runtime::MpiWorld& world) {
+    run = [&globals, o](const cluster::MpiWorld& world) {
       const int ranks = o->nodes * o->gpus_per_node;
       const auto loaded = load_config_or_exit(world, o->config, globals, ranks);
       if (world.rank() != 0) return 0;

@@ -10,7 +10,7 @@ namespace superoffload::app {
 void add_plugins_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run) {
   auto* command = app.add_subcommand("plugins", "List model plugins: every file tried, what it handles, why refused");
   command->callback([&run] {
-    run = [](const runtime::MpiWorld& world) {
+    run = [](const cluster::MpiWorld& world) {
       if (world.rank() != 0) return 0;
       std::cout << "plugin search path (SUPEROFFLOAD_PLUGIN_PATH, then lib/superoffload/plugins beside this program):\n";
       for (const auto& dir : model::plugin_search_dirs()) std::cout << "  " << dir << "\n";

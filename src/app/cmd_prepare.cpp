@@ -23,7 +23,7 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
   add_config_options(*command, options->config, false);
   command->add_option("--output,-o", options->output, "HDF5 file to write (e.g. data/train.h5)")->required();
   command->callback([&run, &globals, options] {
-    run = [&globals, options](const runtime::MpiWorld& world) {
+    run = [&globals, options](const cluster::MpiWorld& world) {
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& data = loaded.config.data;
       const auto format = data::resolve_data_format(data);
@@ -31,7 +31,7 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                                                 << hint("point [data] path at a JSONL file"));
       const auto tokenizer_path = data.tokenizer.empty() ? loaded.config.model.path : data.tokenizer;
       const auto tokenizer = data::load_tokenizer(tokenizer_path);
-      const double start_s = runtime::now_s();
+      const double start_s = base::now_s();
       if (world.rank() == 0) {
         SO_LOG(info) << "prepare: " << data.path << " (" << config::to_text(format) << ") with the " << tokenizer->kind() << " of "
                      << tokenizer_path << " on " << world.size() << " rank(s)";
@@ -52,7 +52,7 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                                                   std::to_string(data.seq_len + 1) + " (" + std::to_string(stats.truncated) +
                                                   " truncated, " + std::to_string(stats.dropped) + " dropped)"
                                             : std::string())
-                     << " in " << runtime::now_s() - start_s << " s";
+                     << " in " << base::now_s() - start_s << " s";
       }
       return 0;
     };

@@ -24,14 +24,14 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   command->callback([&run, &globals, options, resume] {
     const bool resume_requested = resume->count() > 0;
     if (resume_requested && options->resume.empty()) options->resume = "latest";
-    run = [&globals, options, resume_requested](const runtime::MpiWorld& world) {
-      runtime::install_stop_handlers();
+    run = [&globals, options, resume_requested](const cluster::MpiWorld& world) {
+      cluster::install_stop_handlers();
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
-      const auto binding = runtime::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? runtime::BindMode::none
-                                                                                   : runtime::BindMode::automatic);
-      const auto report = runtime::report_bindings(world, binding);
+      const auto binding = cluster::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? cluster::BindMode::none
+                                                                                   : cluster::BindMode::automatic);
+      const auto report = cluster::report_bindings(world, binding);
       if (world.rank() == 0) {
         SO_LOG(info) << "superoffload train: " << world.size() << " rank(s) on " << world.node_count() << " node(s)";
         for (const auto& line : report.table) SO_LOG(info) << line;
@@ -40,7 +40,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       const auto summary = train::run_training(cfg, world, binding, report.table,
                                                resume_requested ? options->resume : std::string());
       // Preempted after a checkpoint: a distinct code the jobscripts answer with a requeue.
-      return summary.stop_signal != 0 ? runtime::kExitPreempted : 0;
+      return summary.stop_signal != 0 ? cluster::kExitPreempted : 0;
     };
   });
 }

@@ -14,10 +14,10 @@ void add_version_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
   command->add_option("--bind", *bind, "Binding to apply and show: auto or none")
       ->check(CLI::IsMember({"auto", "none"}));
   command->callback([&run, bind] {
-    run = [bind](const runtime::MpiWorld& world) {
+    run = [bind](const cluster::MpiWorld& world) {
       const auto report = bind_and_report(world, *bind);
       if (world.rank() != 0) return 0;
-      for (const auto& [component, version] : runtime::software_versions()) {
+      for (const auto& [component, version] : train::software_versions()) {
         std::cout << component << (component.size() < 12 ? std::string(12 - component.size(), ' ') : " ") << version
                   << "\n";
       }

@@ -8,14 +8,14 @@
 
 #include "app/startup.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 class MpiWorld;
 }
 
 namespace superoffload::app {
 
 // The chosen subcommand's body; returns the process exit code.
-using Run = std::function<int(const runtime::MpiWorld&)>;
+using Run = std::function<int(const cluster::MpiWorld&)>;
 
 void add_version_command(CLI::App& app, const GlobalOptions& globals, Run& run);
 void add_config_command(CLI::App& app, const GlobalOptions& globals, Run& run);

@@ -16,13 +16,13 @@ namespace so = superoffload;
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::info);
   so::detail::silence_hdf5_auto_print();
-  so::runtime::configure_host_allocator();
+  so::base::configure_host_allocator();
 
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   try {
     world.emplace(&argc, &argv);
   } catch (const std::exception& e) {
-    so::runtime::abort_job(std::string("MPI start-up failed: ") + e.what());
+    so::cluster::abort_job(std::string("MPI start-up failed: ") + e.what());
   }
   so::log::set_rank(world->rank(), so::log::Console::rank0);
 
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   try {
     code = run(*world);
   } catch (...) {
-    so::runtime::abort_job(so::runtime::describe_exception(std::current_exception()));
+    so::cluster::abort_job(so::cluster::describe_exception(std::current_exception()));
   }
   so::log::flush();
   world.reset();

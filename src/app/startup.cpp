@@ -20,7 +20,7 @@ log::Level log_level(config::LogLevel level) {
 
 }  // namespace
 
-config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const ConfigOptions& options,
+config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const ConfigOptions& options,
                                          const GlobalOptions& globals, int world_size) {
   config::ConfigSources sources;
   if (!options.config_file.empty()) sources.toml_file = options.config_file;
@@ -34,7 +34,7 @@ config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const C
   } catch (...) {
     error = std::current_exception();
   }
-  runtime::exit_if_any_rank_failed(world, error, 2);
+  cluster::exit_if_any_rank_failed(world, error, 2);
 
   const auto& logging = loaded.config.logging;
   if (globals.log_level.empty()) log::set_level(log_level(logging.level));
@@ -43,10 +43,10 @@ config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const C
   return loaded;
 }
 
-runtime::BindingReport bind_and_report(const runtime::MpiWorld& world, const std::string& bind_mode) {
-  const auto mode = bind_mode == "none" ? runtime::BindMode::none : runtime::BindMode::automatic;
-  const auto binding = runtime::bind_ranks(world, mode);
-  return runtime::report_bindings(world, binding);
+cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std::string& bind_mode) {
+  const auto mode = bind_mode == "none" ? cluster::BindMode::none : cluster::BindMode::automatic;
+  const auto binding = cluster::bind_ranks(world, mode);
+  return cluster::report_bindings(world, binding);
 }
 
 }  // namespace superoffload::app

@@ -10,7 +10,7 @@
 #include "cluster/binding.hpp"
 #include "config/load.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 class MpiWorld;
 }
 
@@ -29,10 +29,10 @@ struct GlobalOptions {
 
 // Loads the configuration on every rank; a problem on any rank is reported once and ends
 // the job with exit code 2 (usage error). Applies [logging] and logs DeepSpeed-import warnings.
-config::LoadedConfig load_config_or_exit(const runtime::MpiWorld& world, const ConfigOptions& options,
+config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const ConfigOptions& options,
                                          const GlobalOptions& globals, int world_size);
 
 // Binds the ranks ([runtime] bind) and returns the binding table for rank 0 to show.
-runtime::BindingReport bind_and_report(const runtime::MpiWorld& world, const std::string& bind_mode);
+cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std::string& bind_mode);
 
 }  // namespace superoffload::app

@@ -1,7 +1,7 @@
 // Host allocator settings for a process that allocates and frees layer-sized buffers.
 #pragma once
 
-namespace superoffload::runtime {
+namespace superoffload::base {
 
 // glibc raises its mmap threshold dynamically after large frees, after which freed layer
 // buffers stay in the heap instead of going back to the system, and a rank's memory keeps
@@ -9,4 +9,4 @@ namespace superoffload::runtime {
 // buffers mmap'ed and returned on free. Call once at start-up.
 void configure_host_allocator();
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::base

@@ -9,10 +9,11 @@ namespace {
 std::string short_location(const std::source_location& where) {
   std::string_view file = where.file_name();
   // Report "src/…" rather than the absolute path of the build machine.
-  if (auto pos = file.rfind("/src/"); pos != std::string_view::npos) {
-    file.remove_prefix(pos + 1);
-  } else if (auto pos2 = file.rfind("/plugins/"); pos2 != std::string_view::npos) {
-    file.remove_prefix(pos2 + 1);
+  for (const std::string_view folder : {"/src/", "/include/", "/plugins/"}) {
+    if (auto pos = file.rfind(folder); pos != std::string_view::npos) {
+      file.remove_prefix(pos + 1);
+      break;
+    }
   }
   return std::string(file) + ":" + std::to_string(where.line());
 }

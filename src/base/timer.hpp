@@ -3,7 +3,7 @@
 
 #include <chrono>
 
-namespace superoffload::runtime {
+namespace superoffload::base {
 
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -22,4 +22,4 @@ class ScopedTime {
   double start_;
 };
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::base

@@ -11,7 +11,7 @@
 #include "cluster/mpi_world.hpp"
 #include "cluster/topology.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 namespace {
 
 std::string join(const std::vector<int>& values) {
@@ -148,4 +148,4 @@ BindingReport report_bindings(const MpiWorld& world, const RankBinding& mine) {
   return report;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -8,7 +8,7 @@
 #include "cluster/binding_plan.hpp"
 #include "cluster/cpu_set.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class MpiWorld;
 
@@ -32,4 +32,4 @@ struct BindingReport {
 };
 BindingReport report_bindings(const MpiWorld& world, const RankBinding& mine);
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

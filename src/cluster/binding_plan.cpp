@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 const char* to_string(BindingSource source) {
   switch (source) {
@@ -94,4 +94,4 @@ int cores_in(const std::vector<Core>& cores, const CpuSet& cpus) {
   return static_cast<int>(std::count_if(cores.begin(), cores.end(), [&](const Core& c) { return c.pus.intersects(cpus); }));
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -12,7 +12,7 @@
 
 #include "cluster/cpu_set.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 struct Core {
   int numa_node = -1;  // OS index of the NUMA node holding it, -1 when unknown
@@ -52,4 +52,4 @@ CpuSet cpus_of(const std::vector<Core>& cores, const std::vector<int>& indices);
 // How many of `cores` have a hardware thread in `cpus`: the thread count a rank should use.
 int cores_in(const std::vector<Core>& cores, const CpuSet& cpus);
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -5,10 +5,10 @@
 
 #include <algorithm>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 void set_compute_threads(int threads) { at::set_num_threads(std::max(1, threads)); }
 
 int compute_threads() { return at::get_num_threads(); }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

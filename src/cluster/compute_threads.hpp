@@ -2,9 +2,9 @@
 // of half the machine's cores is wrong for every rank of a multi-rank node).
 #pragma once
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 void set_compute_threads(int threads);
 int compute_threads();
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -6,7 +6,7 @@
 
 #include "base/error.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 CpuSet::CpuSet(std::vector<int> cpus) : cpus_(std::move(cpus)) {
   std::sort(cpus_.begin(), cpus_.end());
@@ -63,4 +63,4 @@ std::string CpuSet::to_string() const {
   return out;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

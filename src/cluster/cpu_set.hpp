@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class CpuSet {
  public:
@@ -30,4 +30,4 @@ class CpuSet {
   std::vector<int> cpus_;
 };
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -7,7 +7,7 @@
 
 #include "cluster/cpu_set.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class Topology;
 
@@ -29,4 +29,4 @@ struct CudaVersions {
 };
 CudaVersions cuda_versions();
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

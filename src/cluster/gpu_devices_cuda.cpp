@@ -8,7 +8,7 @@
 #include "cluster/gpu_devices.hpp"
 #include "cluster/topology.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 namespace {
 
 std::string cuda_version_text(int version) {
@@ -66,4 +66,4 @@ CudaVersions cuda_versions() {
   return v;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

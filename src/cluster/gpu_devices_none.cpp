@@ -1,7 +1,7 @@
 // GPU discovery for builds without the CUDA path.
 #include "cluster/gpu_devices.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 std::vector<GpuInfo> visible_gpus(const Topology&, std::string* why_none) {
   if (why_none) *why_none = "built without the CUDA/NCCL path (SUPEROFFLOAD_CUDA)";
@@ -10,4 +10,4 @@ std::vector<GpuInfo> visible_gpus(const Topology&, std::string* why_none) {
 
 CudaVersions cuda_versions() { return {}; }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

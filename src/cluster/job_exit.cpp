@@ -10,7 +10,7 @@
 #include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 std::string describe_exception(const std::exception_ptr& error) {
   try {
@@ -57,4 +57,4 @@ void exit_if_any_rank_failed(const MpiWorld& world, const std::exception_ptr& mi
   std::exit(exit_code);
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -4,7 +4,7 @@
 #include <exception>
 #include <string>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class MpiWorld;
 
@@ -21,4 +21,4 @@ std::string describe_exception(const std::exception_ptr& error);
 // such as a bad configuration.
 void exit_if_any_rank_failed(const MpiWorld& world, const std::exception_ptr& mine, int exit_code = 1);
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -5,7 +5,7 @@
 
 #include "cluster/check_mpi.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 namespace {
 std::atomic<MpiWorld*> g_current{nullptr};
 }
@@ -86,4 +86,4 @@ bool MpiWorld::all_true(bool mine, MPI_Comm comm) {
   return all != 0;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

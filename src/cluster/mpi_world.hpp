@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class MpiWorld {
  public:
@@ -45,4 +45,4 @@ class MpiWorld {
   MPI_Comm node_comm_ = MPI_COMM_NULL;
 };
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -5,7 +5,7 @@
 
 #include "cluster/check_mpi.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
@@ -31,4 +31,4 @@ int agreed_stop_signal(MPI_Comm comm) {
   return any;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

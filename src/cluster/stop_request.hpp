@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 // EX_TEMPFAIL: "try again later" — the job stopped cleanly after a checkpoint.
 inline constexpr int kExitPreempted = 75;
@@ -18,4 +18,4 @@ int local_stop_signal();
 // Collective over `comm`: the signal any rank received (the largest number), or 0.
 int agreed_stop_signal(MPI_Comm comm);
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -8,7 +8,7 @@
 
 #include "base/error.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 namespace {
 
 CpuSet to_cpu_set(hwloc_const_bitmap_t bitmap) {
@@ -116,4 +116,4 @@ std::vector<int> Topology::numa_nodes_of(const CpuSet& cpus) const {
   return nodes;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

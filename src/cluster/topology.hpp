@@ -10,7 +10,7 @@
 
 struct hwloc_topology;
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 class Topology {
  public:
@@ -36,4 +36,4 @@ class Topology {
   hwloc_topology* topology_ = nullptr;
 };
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

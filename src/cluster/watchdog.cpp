@@ -7,7 +7,9 @@
 #include "base/timer.hpp"
 #include "cluster/job_exit.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
+
+using base::now_s;
 
 Watchdog::Watchdog(double timeout_s, int rank) : timeout_s_(timeout_s), rank_(rank), since_s_(now_s()) {
   if (timeout_s_ > 0) thread_ = std::thread([this] { watch(); });
@@ -48,4 +50,4 @@ void Watchdog::watch() {
   }
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 
 inline constexpr int kExitStalled = 124;  // as timeout(1)
 
@@ -37,4 +37,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::cluster

@@ -91,14 +91,14 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   JsonlReader reader(data.path, rank, world);
   GatheredRecords local;
   nlohmann::json record;
-  const double start_s = runtime::now_s();
+  const double start_s = base::now_s();
   double last_report_s = start_s;
   while (reader.next(record)) {
     const auto tokenized = record_tokenizer.tokenize(record, [&reader] { return reader.where(); });
     local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());
     local.loss_mask.insert(local.loss_mask.end(), tokenized.loss_mask.begin(), tokenized.loss_mask.end());
     local.lengths.push_back(static_cast<int64_t>(tokenized.tokens.size()));
-    const double now = runtime::now_s();
+    const double now = base::now_s();
     if (rank == 0 && now - last_report_s > 5) {
       SO_LOG(info) << "prepare: rank 0 at " << static_cast<int>(100 * reader.progress()) << "% of its share, "
                    << local.lengths.size() << " records, " << static_cast<int64_t>(local.tokens.size() / (now - start_s))

@@ -50,7 +50,7 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress) {
-  const double start_s = runtime::now_s();
+  const double start_s = base::now_s();
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
@@ -111,7 +111,7 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
     }
   }
   SO_CHECK_MPI(MPI_Bcast(&result.bytes, 1, MPI_UINT64_T, 0, comm));
-  result.seconds = runtime::now_s() - start_s;
+  result.seconds = base::now_s() - start_s;
   return result;
 }
 

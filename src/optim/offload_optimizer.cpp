@@ -19,8 +19,8 @@
 
 namespace superoffload::optim {
 
-using runtime::now_s;
-using runtime::ScopedTime;
+using base::now_s;
+using base::ScopedTime;
 
 namespace {
 

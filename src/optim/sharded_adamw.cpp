@@ -47,7 +47,7 @@ void ShardedAdamW::begin_step(double lr) {
 }
 
 StepOutcome ShardedAdamW::finish_step() {
-  runtime::ScopedTime timed(times_.device_step_s);
+  base::ScopedTime timed(times_.device_step_s);
   StepOutcome outcome;
   outcome.grad_norm = engine_.global_grad_norm();
   if (!std::isfinite(outcome.grad_norm)) {

@@ -10,7 +10,7 @@
 #include "base/build_config.hpp"
 #include "cluster/gpu_devices.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::train {
 
 std::string project_version() { return SUPEROFFLOAD_VERSION; }
 std::string git_revision() { return superoffload_git_revision(); }
@@ -21,7 +21,7 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   out.emplace_back("superoffload", project_version() + " (git " + git_revision() + ", " + SUPEROFFLOAD_BUILD_TYPE +
                                        ", " + SUPEROFFLOAD_COMPILER + ")");
   out.emplace_back("LibTorch", torch_version() + " (C++11 ABI: " + (torch_cxx11_abi() ? "yes" : "no") + ")");
-  const CudaVersions cuda = cuda_versions();
+  const cluster::CudaVersions cuda = cluster::cuda_versions();
   if (cuda.compiled) {
     out.emplace_back("CUDA", "compiled in: runtime " + cuda.runtime_compiled + " (loaded " + cuda.runtime_loaded +
                                  "), driver " + cuda.driver);
@@ -53,4 +53,4 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   return out;
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::train

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-namespace superoffload::runtime {
+namespace superoffload::train {
 
 std::string project_version();  // "0.1.0"
 std::string git_revision();     // "a1b2c3d", "a1b2c3d-dirty" or "unknown"
@@ -17,4 +17,4 @@ bool torch_cxx11_abi();            // _GLIBCXX_USE_CXX11_ABI of this build (equa
 // (component, version and details) lines for `superoffload version`, in display order.
 std::vector<std::pair<std::string, std::string>> software_versions();
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::train

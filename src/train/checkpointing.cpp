@@ -50,7 +50,7 @@ std::string shape_text(const nlohmann::json& shape) {
 }  // namespace
 
 TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
-                                         const runtime::MpiWorld& world, nlohmann::json model)
+                                         const cluster::MpiWorld& world, nlohmann::json model)
     : config_(config), engine_(engine), optimizer_(optimizer), world_(world), model_(std::move(model)),
       root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
 
@@ -58,7 +58,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
   wait();
   // A writer thread makes MPI calls beside the training thread's: only with MPI_THREAD_MULTIPLE.
   background = background && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
-  const double copy_start_s = runtime::now_s();
+  const double copy_start_s = base::now_s();
   auto& layers = engine_.layers();
   std::vector<optim::ShardState> states;  // keeps the host copies alive while they are written
   std::vector<io::ShardView> views;
@@ -96,15 +96,15 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
   manifest["config"] = config::to_toml(config_);
   nlohmann::json versions = nlohmann::json::object();
-  for (const auto& [name, version] : runtime::software_versions()) versions[name] = version;
+  for (const auto& [name, version] : train::software_versions()) versions[name] = version;
   manifest["versions"] = versions;
-  manifest["git_revision"] = runtime::git_revision();
+  manifest["git_revision"] = train::git_revision();
   auto progress = progress_ ? [this, step = position.step](const std::string& what) {
     progress_("saving the checkpoint of step " + std::to_string(step) + ": " + what);
   } : std::function<void(const std::string&)>();
   // Runs on this thread, or on the writer thread for a background save.
   auto write = [this, states = std::move(states), views = std::move(views), manifest = std::move(manifest),
-                step = position.step, background, copy_s = runtime::now_s() - copy_start_s, rng = cpu_rng_state(),
+                step = position.step, background, copy_s = base::now_s() - copy_start_s, rng = cpu_rng_state(),
                 progress = std::move(progress)]() mutable {
     const auto result = io::save_checkpoint(root_, step, views, rng, manifest, config_.checkpoint.keep_last,
                                             background ? writer_comm_ : world_.world(),

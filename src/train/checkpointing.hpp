@@ -16,7 +16,7 @@
 #include "config/config.hpp"
 #include "data/sampler.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 class MpiWorld;
 }
 namespace superoffload::zero {
@@ -39,7 +39,7 @@ class TrainingCheckpoints {
  public:
   // `model` describes the model in the manifest (path, architecture, plugin, parameters).
   TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
-                      const runtime::MpiWorld& world, nlohmann::json model);
+                      const cluster::MpiWorld& world, nlohmann::json model);
 
   std::filesystem::path root() const { return root_; }
   // Hears what a save is doing (layer by layer), e.g. for the watchdog.
@@ -61,7 +61,7 @@ class TrainingCheckpoints {
   const config::Config& config_;
   zero::ZeroEngine& engine_;
   optim::Optimizer& optimizer_;
-  const runtime::MpiWorld& world_;
+  const cluster::MpiWorld& world_;
   nlohmann::json model_;
   std::filesystem::path root_;
   int64_t global_batch_;

@@ -70,7 +70,7 @@ std::vector<std::string> names(const Column (&columns)[N]) {
 
 }  // namespace
 
-MetricsRecorder::MetricsRecorder(const config::Config& config, const runtime::MpiWorld& world, int64_t keep_through_step,
+MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
                                  const std::map<std::string, std::string>& attributes)
     : config_(config), world_(world) {
   if (config_.metrics.enabled && world_.rank() == 0) {

@@ -14,7 +14,7 @@
 namespace superoffload::io {
 class MetricsFile;
 }
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 class MpiWorld;
 }
 
@@ -33,7 +33,7 @@ struct StepRecord {
 class MetricsRecorder {
  public:
   // Collective. `keep_through_step`: the step a resumed run starts from.
-  MetricsRecorder(const config::Config& config, const runtime::MpiWorld& world, int64_t keep_through_step,
+  MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
                   const std::map<std::string, std::string>& attributes);
   ~MetricsRecorder();
   // Collective (a gather of per-rank times).
@@ -41,7 +41,7 @@ class MetricsRecorder {
 
  private:
   const config::Config& config_;
-  const runtime::MpiWorld& world_;
+  const cluster::MpiWorld& world_;
   std::unique_ptr<io::MetricsFile> file_;  // rank 0
 };
 

@@ -9,7 +9,7 @@
 
 namespace superoffload::train {
 
-using runtime::now_s;
+using base::now_s;
 
 StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const std::vector<MicroBatch>& batches,
                     double lr, const StepHooks& hooks) {

@@ -3,7 +3,7 @@
 
 #include "train/build_info.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::train {
 
 std::string torch_version() { return TORCH_VERSION; }
 
@@ -15,4 +15,4 @@ bool torch_cxx11_abi() {
 #endif
 }
 
-}  // namespace superoffload::runtime
+}  // namespace superoffload::train

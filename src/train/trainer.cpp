@@ -36,11 +36,11 @@
 
 namespace superoffload::train {
 
-using runtime::now_s;
+using base::now_s;
 
 namespace {
 
-at::Device choose_device(const config::RuntimeConfig& runtime, const runtime::RankBinding& binding) {
+at::Device choose_device(const config::RuntimeConfig& runtime, const cluster::RankBinding& binding) {
   if (runtime.device == config::DeviceKind::cpu) return at::kCPU;
   if (runtime.device == config::DeviceKind::cuda) {
     SO_CHECK(binding.gpu >= 0, "[runtime] device = \"cuda\" but this rank sees no GPU"
@@ -51,7 +51,7 @@ at::Device choose_device(const config::RuntimeConfig& runtime, const runtime::Ra
 }
 
 // Pre-tokenized HDF5 as it is; JSONL tokenized now, the work split over the ranks.
-data::TokenArrays load_training_tokens(const config::Config& cfg, const runtime::MpiWorld& world) {
+data::TokenArrays load_training_tokens(const config::Config& cfg, const cluster::MpiWorld& world) {
   const auto format = data::resolve_data_format(cfg.data);
   if (format == config::DataFormat::hdf5) return data::read_token_file(cfg.data.path);
   const auto tokenizer = data::load_tokenizer(cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer);
@@ -70,7 +70,7 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const runtime:
 
 // Refuses, before anything is allocated, a run whose host memory need exceeds what this node
 // has, with the numbers and the settings that would make it fit.
-void check_memory_fits(const config::Config& cfg, const runtime::MpiWorld& world, bool on_gpu) {
+void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world, bool on_gpu) {
   const auto size = model_size_from_config(cfg.model.path);
   const auto plan = plan_memory(size, cfg, world.size(), on_gpu);
   const double available = available_host_bytes();
@@ -107,7 +107,7 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device)
 // [offload] device = "cpu": the SuperOffload optimizer (speculative when super_offload), on
 // cpuadam_cores_perc of the rank's bound cores; "none": AdamW over the shards on the device.
 std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero::ZeroEngine& engine,
-                                                 const runtime::RankBinding& binding) {
+                                                 const cluster::RankBinding& binding) {
   const optim::AdamWSettings adamw{.beta1 = cfg.optimizer.betas[0],
                                    .beta2 = cfg.optimizer.betas[1],
                                    .eps = cfg.optimizer.eps,
@@ -125,23 +125,23 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
                            .threads = count,
                            .pin_memory = cfg.offload.pin_memory};
   // The first ones of the binding; unbound ranks leave placement to the OS.
-  if (binding.source != runtime::BindingSource::none) {
+  if (binding.source != cluster::BindingSource::none) {
     s.cpus.assign(cpus.begin(), cpus.begin() + static_cast<std::ptrdiff_t>(std::min(count, cpus.size())));
   }
   return std::make_unique<optim::OffloadOptimizer>(engine, std::move(s));
 }
 
 // Provenance stored with the metrics: config, hosts, binding table, versions, revision.
-std::map<std::string, std::string> run_attributes(const config::Config& cfg, const runtime::MpiWorld& world,
+std::map<std::string, std::string> run_attributes(const config::Config& cfg, const cluster::MpiWorld& world,
                                                   const std::vector<std::string>& binding_table) {
   std::string hosts, versions, binding;
-  for (const auto& host : runtime::MpiWorld::allgather(world.host(), world.world())) hosts += host + "\n";
-  for (const auto& [name, version] : runtime::software_versions()) versions += name + " " + version + "\n";
+  for (const auto& host : cluster::MpiWorld::allgather(world.host(), world.world())) hosts += host + "\n";
+  for (const auto& [name, version] : train::software_versions()) versions += name + " " + version + "\n";
   for (const auto& line : binding_table) binding += line + "\n";
   return {{"config", config::to_toml(cfg)},
           {"world_size", std::to_string(world.size())},
           {"model", cfg.model.path},
-          {"git_revision", runtime::git_revision()},
+          {"git_revision", train::git_revision()},
           {"hosts", hosts},
           {"versions", versions},
           {"binding", binding}};
@@ -165,7 +165,7 @@ std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, co
 
 }  // namespace
 
-TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& world, const runtime::RankBinding& binding,
+TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& world, const cluster::RankBinding& binding,
                           const std::vector<std::string>& binding_table, const std::string& resume) {
   const auto& t = cfg.training;
   const int rank = world.rank(), size = world.size();
@@ -234,7 +234,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
   int64_t timed_steps = 0;
   const double start_s = now_s();
   // From here on every rank reports progress; a rank stuck past collective_timeout_s ends the job.
-  runtime::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
+  cluster::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
   checkpoints.on_progress([&watchdog](const std::string& what) { watchdog.progress(what); });
   for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
@@ -287,7 +287,7 @@ TrainSummary run_training(const config::Config& cfg, const runtime::MpiWorld& wo
     }
     watchdog.progress(step_name + "agreeing on stop signals");
     // Preemption: the ranks agree at the step boundary, save together and stop.
-    if (step + 1 < total_steps && (summary.stop_signal = runtime::agreed_stop_signal(world.world())) != 0) {
+    if (step + 1 < total_steps && (summary.stop_signal = cluster::agreed_stop_signal(world.world())) != 0) {
       if (rank == 0) {
         SO_LOG(warning) << "signal " << summary.stop_signal << " (" << strsignal(summary.stop_signal)
                         << ") received: saving a checkpoint at step " << step + 1 << " and stopping";

@@ -9,7 +9,7 @@
 #include "cluster/binding.hpp"
 #include "config/config.hpp"
 
-namespace superoffload::runtime {
+namespace superoffload::cluster {
 class MpiWorld;
 }
 
@@ -29,8 +29,8 @@ struct TrainSummary {
 // `binding_table`: the start-up binding report (stored with the metrics). `resume`: ""
 // (start fresh, unless [checkpoint] auto_resume finds `latest`), "latest" or a checkpoint
 // directory.
-TrainSummary run_training(const config::Config& config, const runtime::MpiWorld& world,
-                          const runtime::RankBinding& binding, const std::vector<std::string>& binding_table,
+TrainSummary run_training(const config::Config& config, const cluster::MpiWorld& world,
+                          const cluster::RankBinding& binding, const std::vector<std::string>& binding_table,
                           const std::string& resume = {});
 
 }  // namespace superoffload::train

@@ -11,8 +11,8 @@
 #include "base/timer.hpp"
 
 namespace superoffload::zero {
-using runtime::now_s;
-using runtime::ScopedTime;
+using base::now_s;
+using base::ScopedTime;
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
                        const std::function<void(size_t)>& materialize)

@@ -6,7 +6,7 @@
 #include "cluster/gpu_devices.hpp"
 #include "cluster/topology.hpp"
 
-namespace so = superoffload::runtime;
+namespace so = superoffload::cluster;
 
 namespace {
 

@@ -14,7 +14,7 @@ namespace so = superoffload;
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::info);
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   so::log::set_rank(world->rank(), so::log::Console::rank0);
   try {
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     }
     MPI_Barrier(MPI_COMM_WORLD);  // never completes: the last rank does not arrive
   } catch (...) {
-    so::runtime::abort_job(so::runtime::describe_exception(std::current_exception()));
+    so::cluster::abort_job(so::cluster::describe_exception(std::current_exception()));
   }
   world.reset();
   return 0;

@@ -10,12 +10,12 @@
 
 namespace so = superoffload;
 
-so::runtime::MpiWorld* g_world = nullptr;
+so::cluster::MpiWorld* g_world = nullptr;
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   so::log::init(so::log::Level::warning);
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   g_world = &*world;
   so::log::set_rank(world->rank(), so::log::Console::rank0);

@@ -13,7 +13,7 @@
 #include "comm/mpi_communicator.hpp"
 
 namespace so = superoffload;
-extern so::runtime::MpiWorld* g_world;
+extern so::cluster::MpiWorld* g_world;
 
 namespace {
 

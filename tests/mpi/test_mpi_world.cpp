@@ -13,7 +13,7 @@
 #include "cluster/mpi_world.hpp"
 #include "cluster/topology.hpp"
 
-namespace so = superoffload::runtime;
+namespace so = superoffload::cluster;
 extern so::MpiWorld* g_world;
 
 namespace {

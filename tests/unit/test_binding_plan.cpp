@@ -10,7 +10,7 @@
 #include "cluster/cpu_set.hpp"
 #include "cluster/topology.hpp"
 
-namespace so = superoffload::runtime;
+namespace so = superoffload::cluster;
 
 namespace {
 

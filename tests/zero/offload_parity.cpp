@@ -101,7 +101,7 @@ double worst_relative(const Run& a, const Run& b) {
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::warning);
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   at::set_num_threads(1);
   const int rank = world->rank();

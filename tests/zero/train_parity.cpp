@@ -170,7 +170,7 @@ std::pair<std::vector<double>, std::vector<at::Tensor>> train_reference(const Op
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::warning);
-  std::optional<so::runtime::MpiWorld> world;
+  std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   at::set_num_threads(1);
   Options o;

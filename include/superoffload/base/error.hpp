@@ -18,7 +18,7 @@ class Error : public std::runtime_error {
   Error(const std::string& what, std::string hint, UserInput);
 
   const std::string& hint() const noexcept { return hint_; }
-  // "src/runtime/binding.cpp:42", relative to the source tree; empty for user-input errors.
+  // "src/cluster/binding.cpp:42", relative to the source tree; empty for user-input errors.
   const std::string& where() const noexcept { return where_; }
   // Message, then "  at <where>" and "  HINT: <hint>" lines: what the user is shown.
   std::string describe() const;
