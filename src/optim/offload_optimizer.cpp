@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "base/error.hpp"
-#include "base/logging.hpp"
 #include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
 

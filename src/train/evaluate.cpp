@@ -18,8 +18,8 @@ EvalResult evaluate(const EvalRequest& request) {
 
   const auto file = io::Hdf5File::open_read(request.tokens);
   const auto tokens_array = file.read_int64("tokens");
-  SO_CHECK(tokens_array.shape.size() == 2 && tokens_array.shape[1] >= 2,
-           request.tokens << ": dataset \"tokens\" must be 2-D [batch, seq] with seq >= 2");
+  SO_CHECK(tokens_array.shape.size() == 2 && tokens_array.shape[0] >= 1 && tokens_array.shape[1] >= 2,
+           request.tokens << ": dataset \"tokens\" must be 2-D [batch, seq] with batch >= 1 and seq >= 2");
   const int64_t batch = static_cast<int64_t>(tokens_array.shape[0]), seq = static_cast<int64_t>(tokens_array.shape[1]);
   const auto vocab = loaded.model->shape().vocab_size;
   const auto tokens = at::from_blob(const_cast<int64_t*>(tokens_array.values.data()), {batch, seq}, at::kLong).clone();

@@ -5,7 +5,9 @@
 #include <sstream>
 
 namespace superoffload::train {
+namespace {
 
+// "1:02:03"
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(seconds + 0.5);
   char text[32];
@@ -13,6 +15,8 @@ std::string format_duration(double seconds) {
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return text;
 }
+
+}  // namespace
 
 std::string format_step_line(const StepLine& l) {
   std::ostringstream line;

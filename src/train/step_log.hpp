@@ -1,5 +1,5 @@
 // The text a person reads per step: the step line rank 0 logs every
-// [logging] log_every_steps, the optional wall-clock breakdown, and durations.
+// [logging] log_every_steps, and the optional wall-clock breakdown.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,5 @@ struct StepLine {
 std::string format_step_line(const StepLine& line);
 // "  time breakdown (s): forward …, backward …" of the engine and the optimizer phases.
 std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer);
-// "1:02:03"
-std::string format_duration(double seconds);
 
 }  // namespace superoffload::train
