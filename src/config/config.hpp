@@ -80,6 +80,7 @@ struct OffloadConfig {
   double ratio = 1.0;
   bool super_offload = true;
   double cpuadam_cores_perc = 0.8;
+  StateDtype optimizer_state_dtype = StateDtype::fp32;
 };
 
 struct PrecisionConfig {

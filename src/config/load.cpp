@@ -215,6 +215,10 @@ class Loader {
       c.warnings.push_back("[offload] super_offload = true has no effect with device = \"none\" (the optimizer "
                            "runs on the device)");
     }
+    if (c.config.offload.device == OffloadDevice::none && c.config.offload.optimizer_state_dtype == StateDtype::bf16) {
+      c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
+                           ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");
+    }
     if (c.config.runtime.comm_backend == CommBackend::nccl && c.config.runtime.device == DeviceKind::cpu) {
       problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +
                           ") needs device = \"cuda\" or \"auto\", not \"cpu\" (" + origin_of(c, "runtime.device") +

@@ -172,6 +172,9 @@ std::vector<Section> build_schema() {
           "Share of the rank's bound cores used by CPU AdamW threads.")
         .range(0, 1)
         .above(0);
+    b.add("optimizer_state_dtype", &OffloadConfig::optimizer_state_dtype,
+          "Storage of the CPU sub-groups' Adam moments: \"fp32\", or \"bf16\" (stochastically rounded; 20 instead of "
+          "28 bytes per parameter per step). Master weights stay fp32.");
   }
   {
     SectionBuilder<PrecisionConfig> b(s, "precision", "Numeric precision.", &Config::precision);

@@ -38,13 +38,6 @@ void create_series(hid_t file, const std::string& name, hsize_t columns) {
                        H5Dclose);
 }
 
-hsize_t series_rows(hid_t set) {
-  const Hdf5Handle space(SO_CHECK_HDF5(H5Dget_space(set), "dataspace"), H5Sclose);
-  hsize_t dims[2] = {0, 0};
-  SO_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "extent");
-  return dims[0];
-}
-
 void append_row(hid_t set, hsize_t row, const double* values, hsize_t columns) {
   const int rank = columns == 0 ? 1 : 2;
   const hsize_t extent[2] = {row + 1, columns}, start[2] = {row, 0}, count[2] = {1, std::max<hsize_t>(columns, 1)};

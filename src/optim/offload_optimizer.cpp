@@ -88,21 +88,24 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   // The first 1 − ratio of the sub-groups in parameter order go to the device.
   const auto on_device = static_cast<size_t>(std::floor((1.0 - s_.ratio) * static_cast<double>(groups_.size()) + 1e-9));
   const auto device = layers.empty() ? at::Device(at::kCPU) : layers[0].device();
-  int64_t host_bytes = 0;  // what the CPU sub-groups keep in host memory: master, moments, grad, bf16
-  for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += (16 + (bf16_ ? 2 : 0)) * (groups_[i].end - groups_[i].begin);
+  // What the CPU sub-groups keep in host memory: master, moments, gradient, bf16 copy.
+  const int64_t bytes_per_element = 8 + (s_.bf16_moments ? 4 : 8) + (bf16_ ? 2 : 0);
+  int64_t host_bytes = 0;
+  for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = groups_[i];
     g.on_cpu = i >= on_device;
     if (g.on_cpu) {
-      auto place = [&](const at::Tensor& values) {
-        auto t = host_memory_->empty(values.sizes(), values.scalar_type());
+      auto place = [&](const at::Tensor& values, at::ScalarType type) {
+        auto t = host_memory_->empty(values.sizes(), type);
         t.copy_(values);
         return t;
       };
-      g.master = place(g.master);
-      g.exp_avg = place(g.exp_avg);
-      g.exp_avg_sq = place(g.exp_avg_sq);
+      const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
+      g.master = place(g.master, at::kFloat);
+      g.exp_avg = place(g.exp_avg, moments);
+      g.exp_avg_sq = place(g.exp_avg_sq, moments);
       g.grad = host_memory_->empty(g.master.sizes(), at::kFloat);
       if (bf16_) g.bf16 = host_memory_->empty(g.master.sizes(), at::kBFloat16);
     } else {
@@ -141,7 +144,7 @@ std::string OffloadOptimizer::describe() const {
   std::ostringstream text;
   text << (s_.super_offload ? "SuperOffload (CPU steps speculated during backward)" : "ZeRO-Offload (CPU steps after backward)")
        << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
-       << adamw_target() << ", " << pool_.size() << " thread(s)";
+       << adamw_target() << ", " << pool_.size() << " thread(s)" << (s_.bf16_moments ? ", bf16 moments" : "");
   return text.str();
 }
 
@@ -151,8 +154,8 @@ ShardState OffloadOptimizer::export_layer(size_t layer) const {
   for (size_t i : groups_of_layer_[layer]) {
     const auto& g = groups_[i];
     master.push_back(g.master.to(at::kCPU));
-    exp_avg.push_back(g.exp_avg.to(at::kCPU));
-    exp_avg_sq.push_back(g.exp_avg_sq.to(at::kCPU));
+    exp_avg.push_back(g.exp_avg.to(at::kCPU, at::kFloat));  // bf16 moments widen exactly
+    exp_avg_sq.push_back(g.exp_avg_sq.to(at::kCPU, at::kFloat));
     SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
     steps = g.steps;
   }
@@ -166,7 +169,7 @@ void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
     auto& g = groups_[i];
     const int64_t length = g.end - g.begin;
     g.master.copy_(state.master.narrow(0, g.begin, length));
-    g.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));
+    g.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));  // to bf16 moments: nearest-even
     g.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
     g.steps = state.steps;
     g.speculated = false;
@@ -248,11 +251,20 @@ void OffloadOptimizer::wait_for_worker() {
   if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
 }
 
+RoundingStream OffloadOptimizer::rounding(size_t group_index, int64_t offset) const {
+  // Ranks and sub-groups draw different bits; a step's bits do not depend on the threads.
+  const uint64_t id = (static_cast<uint64_t>(engine_.comm().rank()) << 32) | group_index;
+  return {moment_rounding_key(id, groups_[group_index].steps), static_cast<uint64_t>(offset)};
+}
+
+namespace {
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+}  // namespace
+
 void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
   ++g.steps;
+  const size_t index = static_cast<size_t>(&g - groups_.data());
   float* p = g.master.data_ptr<float>();
-  float* m = g.exp_avg.data_ptr<float>();
-  float* v = g.exp_avg_sq.data_ptr<float>();
   float* grad = g.grad.data_ptr<float>();
   if (grad_scale != 1.0f) {  // clipping, on the pool (not ATen's OpenMP threads: see all_finite)
     pool_.parallel_for(static_cast<size_t>(g.grad.numel()), kAlign, [&](size_t b, size_t e) {
@@ -265,34 +277,33 @@ void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
                          s_.adamw.decoupled, g.steps};
     pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
       const size_t o = static_cast<size_t>(piece.begin) + b;
-      adamw_update(step, p + o, m + o, v + o, grad + o, out ? out + o : nullptr, e - b);
+      uint16_t* bf16_copy = out ? out + o : nullptr;
+      if (s_.bf16_moments) {
+        adamw_update_bf16_moments(step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o,
+                                  bf16_copy, e - b, rounding(index, static_cast<int64_t>(o)));
+      } else {
+        adamw_update(step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o,
+                     bf16_copy, e - b);
+      }
     });
   }
 }
 
-// The algebraic inverse of step_cpu with the same gradient: weights first (their update
-// used the new moments), then the moments.
+// The algebraic inverse of step_cpu with the same gradient (the kernel's adamw_undo).
 void OffloadOptimizer::rollback_cpu(SubGroup& g) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1_), static_cast<double>(g.steps));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2_), static_cast<double>(g.steps));
-  const float step_size = static_cast<float>(lr_ / bc1), bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const size_t index = static_cast<size_t>(&g - groups_.data());
   float* p = g.master.data_ptr<float>();
-  float* m = g.exp_avg.data_ptr<float>();
-  float* v = g.exp_avg_sq.data_ptr<float>();
   const float* grad = g.grad.data_ptr<float>();
-  const float b1 = beta1_, b2 = beta2_, eps = eps_;
-  const bool decoupled = s_.adamw.decoupled;
   for (const auto& piece : g.pieces) {
-    const float wd = piece.decay ? weight_decay_ : 0.0f;
-    const float decay_factor = decoupled ? 1.0f - static_cast<float>(lr_) * wd : 1.0f;
+    const AdamWStep step{static_cast<float>(lr_), beta1_, beta2_, eps_, piece.decay ? weight_decay_ : 0.0f,
+                         s_.adamw.decoupled, g.steps};
     pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
-      for (size_t i = static_cast<size_t>(piece.begin) + b; i < static_cast<size_t>(piece.begin) + e; ++i) {
-        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        const float before = (p[i] + step_size * (m[i] / denom)) / decay_factor;
-        const float g_eff = decoupled ? grad[i] : grad[i] + wd * before;
-        m[i] = (m[i] - (1.0f - b1) * g_eff) / b1;
-        v[i] = std::max(0.0f, (v[i] - (1.0f - b2) * g_eff * g_eff) / b2);
-        p[i] = before;
+      const size_t o = static_cast<size_t>(piece.begin) + b;
+      if (s_.bf16_moments) {
+        adamw_undo_bf16_moments(step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o, e - b,
+                                rounding(index, static_cast<int64_t>(o)));
+      } else {
+        adamw_undo(step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o, e - b);
       }
     });
   }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "optim/cpu_adamw.hpp"
 #include "optim/host_memory.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/thread_pool.hpp"
@@ -36,6 +37,10 @@ struct OffloadSettings {
   std::vector<int> cpus;        // CPUs of the optimizer threads (first one: the worker)
   size_t threads = 1;           // when cpus is empty
   bool pin_memory = true;       // page-locked host buffers when the engine runs on a GPU
+  // CPU sub-groups keep exp_avg and exp_avg_sq in bf16 (stochastic rounding; see cpu_adamw.hpp).
+  // Device sub-groups keep fp32 moments. Export widens to fp32 (exactly); import rounds to
+  // nearest.
+  bool bf16_moments = false;
 };
 
 class OffloadOptimizer final : public Optimizer {
@@ -71,7 +76,7 @@ class OffloadOptimizer final : public Optimizer {
     int64_t begin, end;  // within the layer shard
     bool on_cpu;
     std::vector<Piece> pieces;
-    at::Tensor master, exp_avg, exp_avg_sq;  // fp32 [end - begin]; host for CPU sub-groups
+    at::Tensor master, exp_avg, exp_avg_sq;  // [end - begin]; host for CPU sub-groups; moments fp32 or bf16
     at::Tensor grad;                         // host copy of this step's gradient (CPU sub-groups)
     at::Tensor bf16;                         // updated weights in bf16 (CPU sub-groups, bf16 runs)
     int64_t steps = 0;
@@ -79,6 +84,8 @@ class OffloadOptimizer final : public Optimizer {
     double finished_at = 0;
   };
 
+  // The key of the stochastic rounding of this sub-group's bf16 moments at its current step.
+  RoundingStream rounding(size_t group_index, int64_t offset) const;
   void step_cpu(SubGroup& group, float grad_scale);
   void rollback_cpu(SubGroup& group);
   void step_device(SubGroup& group, double grad_scale);

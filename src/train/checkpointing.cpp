@@ -94,6 +94,9 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
                           {"skipped_steps", position.skipped_steps},
                           {"seed", config_.training.seed}};
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
+  // The moments are stored in fp32 whatever the run kept them in (bf16 widens exactly), so a
+  // checkpoint loads into either setting; this records which one wrote it.
+  manifest["optimizer_state_dtype"] = std::string(config::to_text(config_.offload.optimizer_state_dtype));
   manifest["config"] = config::to_toml(config_);
   nlohmann::json versions = nlohmann::json::object();
   for (const auto& [name, version] : train::software_versions()) versions[name] = version;
@@ -177,6 +180,14 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   if (directory.empty()) return std::nullopt;
   io::CheckpointReader reader(directory);
   check_model_matches(reader.manifest(), directory);
+  // Checkpoints before this key had fp32 moments.
+  const auto saved_dtype = reader.manifest().value("optimizer_state_dtype", std::string("fp32"));
+  const std::string dtype(config::to_text(config_.offload.optimizer_state_dtype));
+  if (world_.rank() == 0 && saved_dtype != dtype) {
+    SO_LOG(info) << "checkpoint " << directory.string() << " was written with [offload] optimizer_state_dtype = \""
+                 << saved_dtype << "\"; its moments are converted to " << dtype
+                 << (dtype == "bf16" ? " (rounded to nearest)" : " (exactly)");
+  }
   const int rank = world_.rank();
   auto& layers = engine_.layers();
   for (size_t l = 0; l < layers.size(); ++l) {

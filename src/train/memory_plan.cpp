@@ -92,8 +92,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
-  // Host: master + moments (12), gradient copy (4) and bf16 staging (2) of the CPU share.
-  p.host_optimizer_bytes = (12 + 4 + (cfg.precision.bf16 ? 2 : 0)) * n * cpu_share;
+  // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient copy (4) and bf16 staging (2)
+  // of the CPU share.
+  const double moment_bytes = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 ? 4 : 8;
+  p.host_optimizer_bytes = (4 + moment_bytes + 4 + (cfg.precision.bf16 ? 2 : 0)) * n * cpu_share;
   // Set-up materialises one full layer in fp32 before sharding it.
   p.host_setup_bytes = 4 * static_cast<double>(m.largest_layer);
   if (!on_gpu) {  // CPU runs: everything lives in host memory

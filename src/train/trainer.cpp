@@ -123,7 +123,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
                            .ratio = cfg.offload.ratio,
                            .super_offload = cfg.offload.super_offload,
                            .threads = count,
-                           .pin_memory = cfg.offload.pin_memory};
+                           .pin_memory = cfg.offload.pin_memory,
+                           .bf16_moments = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16};
   // The first ones of the binding; unbound ranks leave placement to the OS.
   if (binding.source != cluster::BindingSource::none) {
     s.cpus.assign(cpus.begin(), cpus.begin() + static_cast<std::ptrdiff_t>(std::min(count, cpus.size())));

@@ -1,6 +1,9 @@
 // The SIMD CPU AdamW equals its scalar reference bit for bit (fp32 master, moments and the
-// bf16 copy) for sizes that are not multiples of the vector width, in AdamW and Adam (L2)
-// modes, over several steps; one step also matches a double-precision hand computation.
+// bf16 copy; also with bf16 moments) for sizes that are not multiples of the vector width, in
+// AdamW and Adam (L2) modes, over several steps; one step also matches a double-precision
+// hand computation. Stochastic rounding of bf16 moments is unbiased, independent of how the
+// work is split, and lets exp_avg_sq decay where round-to-nearest would freeze it; the undo
+// inverts a step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,10 +21,13 @@ namespace o = superoffload::optim;
 
 namespace {
 
+using superoffload::comm::bf16_to_float;
+using superoffload::comm::float_to_bf16;
+
 struct State {
   std::vector<float> p, m, v, g;
-  std::vector<uint16_t> bf16;
-  explicit State(size_t n, uint64_t seed) : p(n), m(n), v(n), g(n), bf16(n) {
+  std::vector<uint16_t> bf16, m16, v16;  // bf16 copy; bf16 moments
+  explicit State(size_t n, uint64_t seed) : p(n), m(n), v(n), g(n), bf16(n), m16(n), v16(n) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (size_t i = 0; i < n; ++i) {
@@ -66,7 +72,92 @@ void expect_simd_equals_scalar() {
         ASSERT_TRUE(same_bits(simd.m, scalar.m)) << "n " << n;
         ASSERT_TRUE(same_bits(simd.v, scalar.v)) << "n " << n;
         ASSERT_EQ(simd.bf16, scalar.bf16) << "n " << n;
+        const o::RoundingStream rounding{o::moment_rounding_key(n, step), 1000 * n};
+        o::adamw_update_bf16_moments(s, simd.p.data(), simd.m16.data(), simd.v16.data(), simd.g.data(),
+                                     simd.bf16.data(), n, rounding);
+        o::adamw_update_bf16_moments_scalar(s, scalar.p.data(), scalar.m16.data(), scalar.v16.data(),
+                                            scalar.g.data(), scalar.bf16.data(), n, rounding);
+        ASSERT_TRUE(same_bits(simd.p, scalar.p)) << "bf16 moments, n " << n << " step " << step;
+        ASSERT_EQ(simd.m16, scalar.m16) << "bf16 moments, n " << n;
+        ASSERT_EQ(simd.v16, scalar.v16) << "bf16 moments, n " << n;
+        ASSERT_EQ(simd.bf16, scalar.bf16) << "bf16 moments, n " << n;
       }
+    }
+  }
+}
+
+// The random bits depend on the element's position, not on how the pool cut the range.
+TEST(CpuAdamW, Bf16MomentsDoNotDependOnChunking) {
+  const size_t n = 1000;
+  State whole(n, 5), pieces(n, 5);
+  const o::AdamWStep s{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, true, 3};
+  const uint32_t key = o::moment_rounding_key(42, 3);
+  o::adamw_update_bf16_moments(s, whole.p.data(), whole.m16.data(), whole.v16.data(), whole.g.data(), nullptr, n,
+                               {key, 0});
+  for (size_t b = 0; b < n; b += 77) {
+    const size_t e = std::min(n, b + 77);
+    o::adamw_update_bf16_moments(s, pieces.p.data() + b, pieces.m16.data() + b, pieces.v16.data() + b,
+                                 pieces.g.data() + b, nullptr, e - b, {key, b});
+  }
+  EXPECT_EQ(whole.m16, pieces.m16);
+  EXPECT_EQ(whole.v16, pieces.v16);
+  EXPECT_TRUE(same_bits(whole.p, pieces.p));
+}
+
+// Stochastic rounding lands on one of the two neighbours, and on average on the value itself.
+TEST(CpuAdamW, StochasticRoundingIsUnbiased) {
+  for (float x : {1.0f + 1.0f / 1024, 3.14159f, -2.7182818f, 1e-20f, 0.3333333f}) {
+    const float down = bf16_to_float(static_cast<uint16_t>(float_to_bf16(x) - (bf16_to_float(float_to_bf16(x)) > x)));
+    double sum = 0;
+    const int draws = 1 << 16;
+    for (int r = 0; r < draws; ++r) {
+      const float y = bf16_to_float(o::bf16_round_stochastic(x, static_cast<uint32_t>(r)));
+      ASSERT_TRUE(y == down || std::nextafter(down, INFINITY) <= y) << x;
+      sum += y;
+    }
+    EXPECT_NEAR(sum / draws, x, std::fabs(x) * 1e-6) << x;  // every 16-bit pattern once: exact up to float
+  }
+  EXPECT_TRUE(std::isnan(bf16_to_float(o::bf16_round_stochastic(std::nanf(""), 0xffff))));
+  EXPECT_EQ(o::bf16_round_stochastic(INFINITY, 0xffff), 0x7f80);
+}
+
+// With no gradient, exp_avg_sq must decay by β2 per step. Its per-step change (0.1%) is below
+// half a bf16 ulp, so round-to-nearest would keep it constant for ever; stochastic rounding
+// decays it on average at the right rate.
+TEST(CpuAdamW, Bf16SecondMomentDecaysUnderStochasticRounding) {
+  const size_t n = 4096;
+  State s(n, 9);
+  std::fill(s.g.begin(), s.g.end(), 0.0f);
+  std::fill(s.v16.begin(), s.v16.end(), float_to_bf16(1.0f));
+  for (int64_t step = 1; step <= 1000; ++step) {
+    const o::AdamWStep a{1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, true, step};
+    o::adamw_update_bf16_moments(a, s.p.data(), s.m16.data(), s.v16.data(), s.g.data(), nullptr, n,
+                                 {o::moment_rounding_key(0, step), 0});
+  }
+  double mean = 0;
+  for (uint16_t v : s.v16) mean += bf16_to_float(v) / n;
+  EXPECT_NEAR(mean, std::pow(0.999, 1000), 0.02);  // 0.368; round-to-nearest would leave 1.0
+}
+
+// Undoing a step with the same gradient gives back the state before it.
+TEST(CpuAdamW, UndoInvertsAStep) {
+  for (bool decoupled : {true, false}) {
+    State s(1000, 11);
+    for (size_t i = 0; i < s.m.size(); ++i) {
+      s.m[i] = 0.01f * s.g[i];
+      s.v[i] = 1e-4f * s.g[i] * s.g[i] + 1e-12f;
+    }
+    const auto p0 = s.p, m0 = s.m, v0 = s.v;
+    const o::AdamWStep a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, decoupled, 5};
+    o::adamw_update(a, s.p.data(), s.m.data(), s.v.data(), s.g.data(), nullptr, s.p.size());
+    o::adamw_undo(a, s.p.data(), s.m.data(), s.v.data(), s.g.data(), s.p.size());
+    for (size_t i = 0; i < s.p.size(); ++i) {
+      ASSERT_NEAR(s.p[i], p0[i], 1e-6f * std::max(1.0f, std::fabs(p0[i]))) << i;
+      // Recovering m subtracts (1 − β1)·g from the new m (g with the L2 term in Adam mode):
+      // the round-off scales with both.
+      const float g = std::fabs(decoupled ? s.g[i] : s.g[i] + 0.1f * p0[i]);
+      ASSERT_NEAR(s.m[i], m0[i], 1e-6f * (std::fabs(m0[i]) + g)) << i;
+      ASSERT_NEAR(s.v[i], v0[i], 1e-6f * (std::fabs(v0[i]) + g * g)) << i;
     }
   }
 }
