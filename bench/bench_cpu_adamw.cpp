@@ -10,8 +10,10 @@
 //                        against its streaming bound
 // The bound is a read-modify-write loop over exactly the kernel's bytes with trivial
 // arithmetic. Every row runs once per round, rounds interleaved, so that a slow phase of a
-// shared machine hits all rows alike; a row's time is its best round, and the median round is
-// printed beside it as the spread. Buffers come from LibTorch's allocator (64-byte aligned,
+// shared machine hits all rows alike. The table shows each row's best and median round; the
+// summary lines use medians: ns_per_param is the median round, and each ratio is the median
+// over rounds of the ratio within a round (robust on shared machines, where the best round
+// is luck and memory bandwidth drifts by tens of percent). Buffers come from LibTorch's allocator (64-byte aligned,
 // as the optimizer's host buffers are) and are first touched by the pinned pool threads.
 //
 //   build/bin/bench_cpu_adamw [--params 1e8] [--threads T] [--rounds 9]
@@ -157,7 +159,7 @@ int main(int argc, char** argv) {
   std::printf("bench_cpu_adamw: %s, kernel target %s\n", cpu_model().c_str(), o::adamw_target().c_str());
   std::printf("  %lld parameters, %d thread(s) pinned to CPUs", static_cast<long long>(params), threads);
   for (int c : cpus) std::printf(" %d", c);
-  std::printf(", best of %d interleaved rounds\n", rounds);
+  std::printf(", %d interleaved rounds\n", rounds);
 
   // Kernel buffers: fp32 state, bf16 moments, the bf16 copy; 22 bytes per parameter.
   const double kernel_bytes = 22.0 * static_cast<double>(n);
@@ -270,25 +272,31 @@ int main(int argc, char** argv) {
     }
     return nullptr;
   };
-  // speed ratio: how many times faster `ours` is than `other` (NaN when `other` was skipped).
+  // How many times faster `ours` is than `other`: the median over rounds of the ratio within
+  // a round (NaN when `other` was skipped).
   auto ratio = [&](const Row& ours, const char* other) {
     const Row* o = find(other);
-    return o ? o->best() / ours.best() : NAN;
+    if (!o) return std::nan("");
+    std::vector<double> within;
+    for (size_t r = 0; r < ours.seconds.size(); ++r) within.push_back(o->seconds[r] / ours.seconds[r]);
+    std::nth_element(within.begin(), within.begin() + static_cast<long>(within.size() / 2), within.end());
+    return within[within.size() / 2];
   };
+  auto median_ns = [&](const Row& row) { return row.median() / static_cast<double>(params) * 1e9; };
   const Row& f32 = *find("superoffload AdamW, fp32");
   const Row& copy = *find("superoffload AdamW + bf16 copy");
   const Row& moments = *find("superoffload bf16 moments + copy");
   std::printf("summary: kernel=fp32 params=%lld threads=%d ns_per_param=%.3f vs_torch=%.2f vs_fused=%.2f "
               "fraction_of_bound=%.2f\n",
-              static_cast<long long>(params), threads, ns(f32), ratio(f32, "torch::optim::AdamW"),
+              static_cast<long long>(params), threads, median_ns(f32), ratio(f32, "torch::optim::AdamW"),
               ratio(f32, "at::_fused_adamw_, fp32"), ratio(f32, "bound (stream), 28 B"));
   std::printf("summary: kernel=fp32+bf16_copy params=%lld threads=%d ns_per_param=%.3f vs_fused_plus_copy=%.2f "
               "vs_fused=%.2f fraction_of_bound=%.2f\n",
-              static_cast<long long>(params), threads, ns(copy), ratio(copy, "at::_fused_adamw_ + bf16 copy"),
+              static_cast<long long>(params), threads, median_ns(copy), ratio(copy, "at::_fused_adamw_ + bf16 copy"),
               ratio(copy, "at::_fused_adamw_, fp32"), ratio(copy, "bound (stream), 30 B"));
   std::printf("summary: kernel=bf16_moments+bf16_copy params=%lld threads=%d ns_per_param=%.3f "
               "vs_fused_plus_copy=%.2f vs_fused=%.2f fraction_of_bound=%.2f\n",
-              static_cast<long long>(params), threads, ns(moments), ratio(moments, "at::_fused_adamw_ + bf16 copy"),
+              static_cast<long long>(params), threads, median_ns(moments), ratio(moments, "at::_fused_adamw_ + bf16 copy"),
               ratio(moments, "at::_fused_adamw_, fp32"), ratio(moments, "bound (stream), 22 B"));
   return 0;
 }

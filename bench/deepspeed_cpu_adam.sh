@@ -5,7 +5,7 @@
 # the project's .venv (a .pth file), and DeepSpeed JIT-builds its CPU Adam op (about a minute).
 #
 #   bench/deepspeed_cpu_adam.sh [--params 1e8] [--threads 2]
-# Prints both tools' output, then
+# Prints both tools' output, then (median step times on both sides)
 #   ratio: params=… threads=… deepspeed_fp32=… superoffload_fp32=… speedup_fp32=… speedup_bf16_moments=…
 # speedup_fp32 compares like with like (fp32 moments, no bf16 copy: 28 bytes per parameter on
 # both sides); speedup_bf16_moments is our bf16-moment kernel (with the bf16 copy) against
@@ -27,7 +27,7 @@ bench="$root/build/bin/bench_cpu_adamw"
 [[ -x $root/.venv/bin/python ]] || { echo "deepspeed_cpu_adam.sh: $root/.venv is missing: run scripts/setup first" >&2; exit 2; }
 
 venv="$root/build/deepspeed-venv"
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import deepspeed" > /dev/null 2>&1; then
   echo "== making $venv (deepspeed from PyPI, LibTorch from .venv)"
   python3 -m venv "$venv"
   torch_site=$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -40,7 +40,8 @@ echo "== DeepSpeedCPUAdam (first run JIT-builds the op)"
 ds=$(OMP_NUM_THREADS=$threads "$venv/bin/python" "$root/bench/deepspeed_cpu_adam.py" --params "$params" \
        --threads "$threads" 2>&1 | grep -E "^deepspeed_cpu_adam:|Error|error" || true)
 echo "$ds"
-ds_ns=$(sed -nE 's/^deepspeed_cpu_adam: ns_per_param=([0-9.]+).*/\1/p' <<<"$ds")
+# Medians on both sides (bench_cpu_adamw's summary lines are medians too).
+ds_ns=$(sed -nE 's/^deepspeed_cpu_adam: .*median=([0-9.]+).*/\1/p' <<<"$ds")
 [[ -n $ds_ns ]] || { echo "deepspeed_cpu_adam.sh: DeepSpeed's CPU Adam did not run (output above)" >&2; exit 1; }
 
 echo "== bench_cpu_adamw"
