@@ -8,6 +8,9 @@
 //                        (two passes), and a streaming bound over the kernel's 30 bytes
 //   bf16 moments         [offload] optimizer_state_dtype = "bf16", with the bf16 copy (22 B)
 //                        against its streaming bound
+//   redo, undo           SuperOffload's step-end passes over speculated sub-groups: redo
+//                        (the speculated step replaced by the clipped one, + bf16 copy, 30 B)
+//                        and undo (a skipped step, 28 B), against the step and the bounds
 // The bound is a read-modify-write loop over exactly the kernel's bytes with trivial
 // arithmetic. Every row runs once per round, rounds interleaved, so that a slow phase of a
 // shared machine hits all rows alike. The table shows each row's best and median round; the
@@ -17,7 +20,7 @@
 // as the optimizer's host buffers are) and are first touched by the pinned pool threads.
 //
 //   build/bin/bench_cpu_adamw [--params 1e8] [--threads T] [--rounds 9]
-// The last three lines are `summary: kernel=… ns_per_param=… … fraction_of_bound=…`.
+// The last four lines are `summary: kernel=… ns_per_param=… … fraction_of_bound=…`.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench_cpu_adamw.cpp"
 #include <hwy/foreach_target.h>  // NOLINT
@@ -183,11 +186,12 @@ int main(int argc, char** argv) {
     }
   });
   int64_t step = 0;
-  auto kernel = [&](bool copy) {
-    return [&, copy] {
-      const o::AdamWStep s{1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, true, ++step};
+  auto kernel = [&](bool copy, o::AdamWPass pass = o::AdamWPass::step) {
+    return [&, copy, pass] {
+      o::AdamWStep s{1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, true, pass == o::AdamWPass::step ? ++step : step};
+      s.grad_scale = pass == o::AdamWPass::redo ? 0.37f : 1.0f;
       pool.parallel_for(n, 64, [&](size_t b, size_t e) {
-        o::adamw_update(s, p + b, m + b, v + b, g + b, copy ? out + b : nullptr, e - b);
+        o::adamw_pass(pass, s, p + b, m + b, v + b, g + b, copy ? out + b : nullptr, e - b);
       });
     };
   };
@@ -196,7 +200,7 @@ int main(int argc, char** argv) {
     const o::AdamWStep s{1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, true, ++moment_step};
     const uint32_t key = o::moment_rounding_key(0, moment_step);
     pool.parallel_for(n, 64, [&](size_t b, size_t e) {
-      o::adamw_update_bf16_moments(s, p + b, m16 + b, v16 + b, g + b, out + b, e - b, {key, b});
+      o::adamw_pass(o::AdamWPass::step, s, p + b, m16 + b, v16 + b, g + b, out + b, e - b, {key, b});
     });
   };
   auto stream = [&](bool copy) {
@@ -219,6 +223,8 @@ int main(int argc, char** argv) {
       {"bound (stream), 30 B", 30, stream(true)},
       {"superoffload bf16 moments + copy", 22, bf16_moments_kernel},
       {"bound (stream), 22 B", 22, stream_bf16_moments},
+      {"superoffload redo + bf16 copy", 30, kernel(true, o::AdamWPass::redo)},
+      {"superoffload undo", 28, kernel(false, o::AdamWPass::undo)},
   };
   // LibTorch needs its own parameter, gradient, moments and bf16 copy (18 B per parameter),
   // and torch::optim::AdamW temporaries on top.
@@ -286,6 +292,7 @@ int main(int argc, char** argv) {
   const Row& f32 = *find("superoffload AdamW, fp32");
   const Row& copy = *find("superoffload AdamW + bf16 copy");
   const Row& moments = *find("superoffload bf16 moments + copy");
+  const Row& redo = *find("superoffload redo + bf16 copy");
   std::printf("summary: kernel=fp32 params=%lld threads=%d ns_per_param=%.3f vs_torch=%.2f vs_fused=%.2f "
               "fraction_of_bound=%.2f\n",
               static_cast<long long>(params), threads, median_ns(f32), ratio(f32, "torch::optim::AdamW"),
@@ -298,6 +305,11 @@ int main(int argc, char** argv) {
               "vs_fused_plus_copy=%.2f vs_fused=%.2f fraction_of_bound=%.2f\n",
               static_cast<long long>(params), threads, median_ns(moments), ratio(moments, "at::_fused_adamw_ + bf16 copy"),
               ratio(moments, "at::_fused_adamw_, fp32"), ratio(moments, "bound (stream), 22 B"));
+  // time_vs_step: how many times the plain step's time (with the same bf16 copy) the redo takes.
+  std::printf("summary: kernel=redo+bf16_copy params=%lld threads=%d ns_per_param=%.3f time_vs_step=%.2f "
+              "fraction_of_bound=%.2f\n",
+              static_cast<long long>(params), threads, median_ns(redo), 1.0 / ratio(redo, "superoffload AdamW + bf16 copy"),
+              ratio(redo, "bound (stream), 30 B"));
   return 0;
 }
 #endif

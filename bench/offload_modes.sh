@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Optimizer placement on one rank: SuperOffload (CPU AdamW speculated during backward,
-# `ratio` of the sub-groups on the CPU), the ZeRO-Offload mode (whole optimizer on the CPU
-# after backward) and the optimizer on the device (offload.device = "none", the baseline),
-# each timed by `superoffload train`'s summary (warm-up steps left out) in the same run.
-# Prints every mode's mean step time and its ratio to the baseline. Meant for a GPU node;
-# on a CPU-only machine pass a small model (--hidden 256 --layers 4 --seq 128).
+# Optimizer placement: SuperOffload (CPU AdamW speculated during backward, `ratio` of the
+# sub-groups on the CPU) with speculation "auto" and "always", the ZeRO-Offload mode (whole
+# optimizer on the CPU after backward) and the optimizer on the device (offload.device =
+# "none", the baseline), each timed by `superoffload train`'s summary (warm-up steps left
+# out) in the same run. Prints every mode's mean step time, its ratio to the baseline and to
+# the ZeRO-Offload mode. Meant for a GPU node; on a CPU-only machine pass a small model
+# (--hidden 256 --layers 4 --seq 128).
 #
-#   bench/offload_modes.sh [--hidden 2560] [--layers 24] [--seq 2048] [--micro 4] [--clip 0]
+#   bench/offload_modes.sh [--hidden 2560] [--layers 24] [--seq 2048] [--micro 4] [--clip 0|X|both]
 #                          [--steps 4] [--ranks 1] [--build build]
-# --clip: the gradient-clipping threshold; with random initialisation every step clips
-# (norms of 20-50), which makes SuperOffload roll the speculated steps back: 0 measures the
-# overlap, 1.0 the rollback path.
+# --clip: the gradient-clipping threshold for every mode; with random initialisation every
+# step clips (norms of 20-50), so 1.0 measures the clipped path (redo, or steps left late)
+# and 0 the overlap; `both` runs 0 and 1.0 and prints both tables.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 hidden=2560 layers=24 seq=2048 micro=4 clip=0 steps=4 ranks=1 build=$here/build
@@ -18,7 +19,8 @@ while (($#)); do
   case $1 in
     --hidden) hidden=$2 ;; --layers) layers=$2 ;; --seq) seq=$2 ;; --micro) micro=$2 ;;
     --clip) clip=$2 ;; --steps) steps=$2 ;; --ranks) ranks=$2 ;; --build) build=$2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "offload_modes.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift 2
 done
@@ -32,9 +34,9 @@ sed -i -E "s/\"hidden_size\": [0-9]+/\"hidden_size\": $hidden/; s/\"intermediate
   s/\"max_position_embeddings\": [0-9]+/\"max_position_embeddings\": $((seq > 4096 ? seq : 4096))/" "$work/config.json"
 "$build/bin/superoffload_demo_corpus" "$work/corpus.jsonl" --tokens $((seq * micro * ranks * (steps + 3) * 2)) > /dev/null
 
-mean_step() {  # mean_step NAME [--set ...]: prints the summary's mean step time in ms
-  local name=$1
-  shift
+mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step time in ms
+  local name=$1 clip=$2
+  shift 2
   mpirun -np "$ranks" --bind-to none "$build/bin/superoffload" train "$here/configs/tiny.toml" \
     --set model.path="$work" --set data.path="$work/corpus.jsonl" --set data.seq_len="$seq" \
     --set training.train_micro_batch_size_per_gpu="$micro" --set training.gradient_clipping="$clip" \
@@ -45,12 +47,24 @@ mean_step() {  # mean_step NAME [--set ...]: prints the summary's mean step time
   grep "time breakdown" "$work/$name.log" | tail -1 | sed "s/.*time breakdown/  $name: last step breakdown/" >&2
   sed -nE 's/.*mean step ([0-9.]+) ms.*/\1/p' "$work/$name.log"
 }
-baseline=$(mean_step device --set offload.device=none)
-super=$(mean_step superoffload)
-zero=$(mean_step zerooffload --set offload.super_offload=false --set offload.ratio=1.0)
-params=$(sed -nE 's/.*training ([0-9.]+M) parameters.*/\1/p' "$work/device.log")
-printf 'model %s parameters, seq %s x micro-batch %s, %s rank(s), clip %s\n' "$params" "$seq" "$micro" "$ranks" "$clip"
-awk -v b="$baseline" -v s="$super" -v z="$zero" 'BEGIN {
-  printf "optimizer on the device (baseline): %8.1f ms/step\n", b
-  printf "SuperOffload:                       %8.1f ms/step  %.2fx the baseline, %.2fx faster than ZeRO-Offload\n", s, s / b, z / s
-  printf "ZeRO-Offload:                       %8.1f ms/step  %.2fx the baseline\n", z, z / b }'
+table() {  # table CLIP
+  local clip=$1
+  baseline=$(mean_step "device_clip$clip" "$clip" --set offload.device=none)
+  auto=$(mean_step "auto_clip$clip" "$clip" --set offload.speculation=auto)
+  always=$(mean_step "always_clip$clip" "$clip" --set offload.speculation=always)
+  zero=$(mean_step "zerooffload_clip$clip" "$clip" --set offload.super_offload=false --set offload.ratio=1.0)
+  params=$(sed -nE 's/.*training ([0-9.]+M) parameters.*/\1/p' "$work/device_clip$clip.log")
+  printf '\nmodel %s parameters, seq %s x micro-batch %s, %s rank(s), gradient_clipping %s\n' "$params" "$seq" "$micro" \
+    "$ranks" "$clip"
+  awk -v b="$baseline" -v a="$auto" -v s="$always" -v z="$zero" 'BEGIN {
+    printf "  optimizer on the device (baseline)  %9.1f ms/step\n", b
+    printf "  SuperOffload, speculation auto      %9.1f ms/step  %.2fx the baseline, %.2fx ZeRO-Offload'"'"'s time\n", a, a / b, a / z
+    printf "  SuperOffload, speculation always    %9.1f ms/step  %.2fx the baseline, %.2fx ZeRO-Offload'"'"'s time\n", s, s / b, s / z
+    printf "  ZeRO-Offload (after backward)       %9.1f ms/step  %.2fx the baseline\n", z, z / b }'
+}
+if [[ $clip == both ]]; then
+  table 0
+  table 1.0
+else
+  table "$clip"
+fi

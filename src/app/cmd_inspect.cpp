@@ -37,7 +37,12 @@ void inspect_metrics(const fs::path& path) {
     return;
   }
   const auto loss = series("loss"), step_time = series("step_time_s"), tokens = series("tokens_per_s"),
-             tflops = series("tflops"), skipped = series("skipped"), rollbacks = series("rollbacks");
+             tflops = series("tflops"), skipped = series("skipped");
+  auto total = [&](const char* name) {  // 0 for series older files do not have
+    if (!file.has(std::string("train/") + name)) return 0.0;
+    const auto v = series(name);
+    return std::accumulate(v.begin(), v.end(), 0.0);
+  };
   // The first step carries one-off costs; leave it out of the means when there are others.
   const size_t from = steps.size() > 1 ? 1 : 0;
   std::printf("  steps       %.0f to %.0f (%zu rows)\n", steps.front(), steps.back(), steps.size());
@@ -45,8 +50,10 @@ void inspect_metrics(const fs::path& path) {
               *std::min_element(loss.begin(), loss.end()));
   std::printf("  throughput  mean step %.1f ms, %.0f tokens/s, %.3f TFLOPS per device (steps after the first)\n",
               1000 * mean(step_time, from), mean(tokens, from), mean(tflops, from));
-  std::printf("  optimizer   %.0f skipped steps, %.0f sub-group rollbacks\n", std::accumulate(skipped.begin(), skipped.end(), 0.0),
-              std::accumulate(rollbacks.begin(), rollbacks.end(), 0.0));
+  std::printf("  optimizer   %.0f skipped steps; CPU sub-group steps: %.0f speculated (%.0f committed, %.0f replayed, "
+              "%.0f undone), %.0f stepped late\n",
+              std::accumulate(skipped.begin(), skipped.end(), 0.0), total("speculated"), total("committed"),
+              total("replayed"), total("undone"), total("stepped_late"));
   std::printf("  phases (mean s per step):");
   for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "d2h_s", "cpu_step_s", "device_step_s",
                             "h2d_s", "optimizer_wait_s", "rollback_s"}) {

@@ -15,6 +15,7 @@ enum class LrScheduleType { constant, cosine, linear };
 enum class WarmupType { linear, log };
 enum class OffloadDevice { cpu, none };
 enum class StateDtype { fp32, bf16 };
+enum class Speculation { automatic, always, never };
 enum class LogLevel { trace, debug, info, warning, error };
 enum class ConsoleMode { rank0, all };
 enum class DeviceKind { automatic, cpu, cuda };
@@ -48,6 +49,8 @@ SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {Lr
 SUPEROFFLOAD_CHOICES(WarmupType, {WarmupType::linear, "linear"}, {WarmupType::log, "log"})
 SUPEROFFLOAD_CHOICES(OffloadDevice, {OffloadDevice::cpu, "cpu"}, {OffloadDevice::none, "none"})
 SUPEROFFLOAD_CHOICES(StateDtype, {StateDtype::fp32, "fp32"}, {StateDtype::bf16, "bf16"})
+SUPEROFFLOAD_CHOICES(Speculation, {Speculation::automatic, "auto"}, {Speculation::always, "always"},
+                     {Speculation::never, "never"})
 SUPEROFFLOAD_CHOICES(LogLevel, {LogLevel::trace, "trace"}, {LogLevel::debug, "debug"}, {LogLevel::info, "info"},
                      {LogLevel::warning, "warning"}, {LogLevel::error, "error"})
 SUPEROFFLOAD_CHOICES(ConsoleMode, {ConsoleMode::rank0, "rank0"}, {ConsoleMode::all, "all"})

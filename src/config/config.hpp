@@ -79,6 +79,7 @@ struct OffloadConfig {
   bool pin_memory = true;
   double ratio = 1.0;
   bool super_offload = true;
+  Speculation speculation = Speculation::automatic;
   double cpuadam_cores_perc = 0.8;
   StateDtype optimizer_state_dtype = StateDtype::fp32;
 };

@@ -215,6 +215,13 @@ class Loader {
       c.warnings.push_back("[offload] super_offload = true has no effect with device = \"none\" (the optimizer "
                            "runs on the device)");
     }
+    if (!c.config.offload.super_offload && c.origins.count("offload.speculation") &&
+        c.config.offload.speculation != Speculation::never) {
+      problems_.push_back("[offload] speculation = \"" + std::string(to_text(c.config.offload.speculation)) + "\" (" +
+                          origin_of(c, "offload.speculation") + ") contradicts super_offload = false (" +
+                          origin_of(c, "offload.super_offload") +
+                          ") — speculation is SuperOffload's; set super_offload = true, or drop speculation");
+    }
     if (c.config.offload.device == OffloadDevice::none && c.config.offload.optimizer_state_dtype == StateDtype::bf16) {
       c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");

@@ -1,14 +1,20 @@
 // CPU AdamW: Highway kernels (compiled once per target, chosen at run time) and their scalar
 // twins. Operation order per element (identical in both; this file is built without FMA
-// contraction, so every product and sum is rounded where it is written):
-//   decoupled: p = p · (1 − lr·wd)            L2: g = g + wd·p
-//   m = β1·m + (1 − β1)·g
-//   v = β2·v + ((1 − β2)·g)·g
-//   p = p − (lr / bc1) · (m / (sqrt(v) · (1 / sqrt(bc2)) + ε))        bc_i = 1 − β_i^step
-//   bf16 copy = round_to_nearest_even(p)
-//   bf16 moments: stored as stochastic_round(m), stochastic_round(v)
-// One division and one square root per element: on CPUs where the kernel is not at the
-// memory bound (one core, or many cores per memory channel's worth of bandwidth) the
+// contraction, so every product and sum is rounded where it is written). With
+// D(m, v) = m / (sqrt(v) · (1 / sqrt(bc2)) + ε), bc_i = 1 − β_i^step and s = grad_scale:
+//   step   g = s·g;  decoupled: p = p·(1 − lr·wd)   L2: g = g + wd·p
+//          m = β1·m + (1 − β1)·g;   v = β2·v + ((1 − β2)·g)·g;   p = p − (lr / bc1)·D(m, v)
+//   redo   q = p + (lr / bc1)·D(m, v)                 (the weight before the step, times the decay)
+//          g_old = g, g_new = s·g;   L2: both + wd·q
+//          m = m + (1 − β1)·(g_new − g_old);   v = max(0, v + (1 − β2)·(g_new·g_new − g_old·g_old))
+//          p = q − (lr / bc1)·D(m, v)
+//   undo   q = (p + (lr / bc1)·D(m, v)) / (1 − lr·wd);   g_e = g   L2: g + wd·q
+//          m = (m − (1 − β1)·g_e) / β1;   v = max(0, (v − ((1 − β2)·g_e)·g_e) / β2);   p = q
+//   bf16 copy = round_to_nearest_even(p);   bf16 moments: stored as stochastic_round(m), (v)
+// Redo reads and writes what a step does, so replacing a speculated step costs one pass, not
+// an undo pass and a step pass; it also needs no division by β.
+// One division and one square root per element in a step: on CPUs where the kernel is not at
+// the memory bound (one core, or many cores per memory channel's worth of bandwidth) the
 // divider is the busiest unit, and the bias-correction division was a second trip through it.
 // The bf16 stores convert two vectors at once: each rounded value sits in the upper half of
 // a 32-bit lane, so one ConcatOdd (a pack and a permute on AVX2) narrows both.
@@ -17,15 +23,15 @@
 #include <hwy/foreach_target.h>  // NOLINT: re-includes this file once per target
 #include <hwy/highway.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "comm/bf16.hpp"
 #include "optim/cpu_adamw.hpp"
 
-#ifndef SUPEROFFLOAD_ADAMW_CONSTANTS
-#define SUPEROFFLOAD_ADAMW_CONSTANTS
+#ifndef SUPEROFFLOAD_ADAMW_SCALAR
+#define SUPEROFFLOAD_ADAMW_SCALAR
 namespace superoffload::optim {
 // Scalars derived once per call, in float as the per-element arithmetic uses them.
 struct Derived {
@@ -47,9 +53,82 @@ inline uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
-inline uint32_t random_bits(uint32_t key, uint64_t index) { return mix32(static_cast<uint32_t>(index) + key); }
-// The undo draws its own bits, so that undo and redo do not round the same way.
-constexpr uint32_t kUndoKey = 0x5bd1e995u;
+// Each pass draws its own bits, so that a step and its redo or undo do not round alike.
+inline uint32_t pass_key(AdamWPass pass, uint32_t key) {
+  return pass == AdamWPass::step ? key : key ^ (pass == AdamWPass::redo ? 0x9e3779b9u : 0x5bd1e995u);
+}
+inline uint16_t stochastic_bf16(float x, uint32_t random16) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  return static_cast<uint16_t>((bits + (random16 & 0xffffu)) >> 16);
+}
+
+// One element of a pass, the reference for the SIMD code. Returns the new weight.
+template <AdamWPass kPass>
+inline float element(const AdamWStep& s, const Derived& k, float p, float g, float& m, float& v) {
+  if constexpr (kPass == AdamWPass::step) {
+    g = g * s.grad_scale;
+    if (s.decoupled) {
+      p = p * k.decay_factor;
+    } else {
+      g = g + k.l2 * p;
+    }
+    m = s.beta1 * m + k.one_minus_beta1 * g;
+    v = s.beta2 * v + (k.one_minus_beta2 * g) * g;
+    return p - k.step_size * (m / (std::sqrt(v) * k.inv_bc2_sqrt + s.eps));
+  } else if constexpr (kPass == AdamWPass::redo) {
+    const float q = p + k.step_size * (m / (std::sqrt(v) * k.inv_bc2_sqrt + s.eps));
+    float g_old = g, g_new = g * s.grad_scale;
+    if (!s.decoupled) {
+      g_old = g_old + k.l2 * q;
+      g_new = g_new + k.l2 * q;
+    }
+    m = m + k.one_minus_beta1 * (g_new - g_old);
+    v = v + k.one_minus_beta2 * (g_new * g_new - g_old * g_old);
+    v = v < 0.0f ? 0.0f : v;
+    return q - k.step_size * (m / (std::sqrt(v) * k.inv_bc2_sqrt + s.eps));
+  } else {
+    const float q = (p + k.step_size * (m / (std::sqrt(v) * k.inv_bc2_sqrt + s.eps))) / k.decay_factor;
+    const float g_e = s.decoupled ? g : g + k.l2 * q;
+    m = (m - k.one_minus_beta1 * g_e) / s.beta1;
+    v = (v - (k.one_minus_beta2 * g_e) * g_e) / s.beta2;
+    v = v < 0.0f ? 0.0f : v;
+    return q;
+  }
+}
+
+// Calls f(std::integral_constant<AdamWPass, pass>{}): a run-time pass to a compile-time one.
+template <class F>
+inline void with_pass(AdamWPass pass, F&& f) {
+  switch (pass) {
+    case AdamWPass::step:
+      return f(std::integral_constant<AdamWPass, AdamWPass::step>{});
+    case AdamWPass::redo:
+      return f(std::integral_constant<AdamWPass, AdamWPass::redo>{});
+    case AdamWPass::undo:
+      return f(std::integral_constant<AdamWPass, AdamWPass::undo>{});
+  }
+}
+
+// The scalar pass; `key` is already the pass's own (pass_key).
+template <AdamWPass kPass, typename Moment>
+void scalar_pass(const AdamWStep& s, float* param, Moment* exp_avg, Moment* exp_avg_sq, const float* grad,
+                 uint16_t* bf16_out, size_t n, uint32_t key, uint64_t first_index) {
+  const Derived k = derive(s);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (sizeof(Moment) == sizeof(float)) {
+      param[i] = element<kPass>(s, k, param[i], grad[i], exp_avg[i], exp_avg_sq[i]);
+    } else {
+      float m = comm::bf16_to_float(exp_avg[i]), v = comm::bf16_to_float(exp_avg_sq[i]);
+      param[i] = element<kPass>(s, k, param[i], grad[i], m, v);
+      const uint32_t r = mix32(static_cast<uint32_t>(first_index + i) + key);
+      exp_avg[i] = stochastic_bf16(m, r);
+      exp_avg_sq[i] = stochastic_bf16(v, r >> 16);
+    }
+    if (bf16_out) bf16_out[i] = comm::float_to_bf16(param[i]);
+  }
+}
 }  // namespace superoffload::optim
 #endif
 
@@ -88,12 +167,10 @@ HWY_INLINE void store_upper_halves(VU32 lo, VU32 hi, uint16_t* HWY_RESTRICT out)
   hn::StoreU(hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo)), d16, out);
 #endif
 }
-// `counter` holds key + index of each lane (Iota, built outside the loop: on x86 it goes
-// through memory and stalls the store forwarding).
+// mix32 of each lane of `counter` (key + element index).
 HWY_INLINE VU32 random_vector(VU32 counter) {
   const DU32 du;
-  auto x = counter;
-  x = hn::Xor(x, hn::ShiftRight<16>(x));
+  auto x = hn::Xor(counter, hn::ShiftRight<16>(counter));
   x = hn::Mul(x, hn::Set(du, 0x7feb352du));
   x = hn::Xor(x, hn::ShiftRight<15>(x));
   x = hn::Mul(x, hn::Set(du, 0x846ca68bu));
@@ -106,45 +183,82 @@ HWY_INLINE VF load_moment(const uint16_t* HWY_RESTRICT from) {
   return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU32(), hn::LoadU(d16, from))));
 }
 
+// The per-call scalars as vectors. Set where used, not kept in a struct (SVE vectors are
+// sizeless and cannot be members); once inlined into the loop the compiler hoists them.
 struct Constants {
-  VF decay, l2, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, inv_bc2_sqrt, eps;
+  const AdamWStep& s;
+  const Derived& k;
+  VF decay() const { return hn::Set(DF(), k.decay_factor); }
+  VF l2() const { return hn::Set(DF(), k.l2); }
+  VF beta1() const { return hn::Set(DF(), s.beta1); }
+  VF beta2() const { return hn::Set(DF(), s.beta2); }
+  VF one_minus_beta1() const { return hn::Set(DF(), k.one_minus_beta1); }
+  VF one_minus_beta2() const { return hn::Set(DF(), k.one_minus_beta2); }
+  VF step_size() const { return hn::Set(DF(), k.step_size); }
+  VF grad_scale() const { return hn::Set(DF(), s.grad_scale); }
+  VF zero() const { return hn::Zero(DF()); }
+  VF update_direction(VF m, VF v) const {
+    return hn::Div(m, hn::Add(hn::Mul(hn::Sqrt(v), hn::Set(DF(), k.inv_bc2_sqrt)), hn::Set(DF(), s.eps)));
+  }
 };
 
-// One vector of the step: returns the new weights, moments through m and v.
-HWY_INLINE VF step_vector(const AdamWStep& s, const Constants& c, VF p, VF g, VF& m, VF& v) {
-  if (s.decoupled) {
-    p = hn::Mul(p, c.decay);
+// One vector of a pass (element<kPass>, vectorised): returns the new weights, moments through m and v.
+template <AdamWPass kPass>
+HWY_INLINE VF pass_vector(const AdamWStep& s, const Constants& c, VF p, VF g, VF& m, VF& v) {
+  if constexpr (kPass == AdamWPass::step) {
+    g = hn::Mul(g, c.grad_scale());
+    if (s.decoupled) {
+      p = hn::Mul(p, c.decay());
+    } else {
+      g = hn::Add(g, hn::Mul(c.l2(), p));
+    }
+    m = hn::Add(hn::Mul(c.beta1(), m), hn::Mul(c.one_minus_beta1(), g));
+    v = hn::Add(hn::Mul(c.beta2(), v), hn::Mul(hn::Mul(c.one_minus_beta2(), g), g));
+    return hn::Sub(p, hn::Mul(c.step_size(), c.update_direction(m, v)));
+  } else if constexpr (kPass == AdamWPass::redo) {
+    const VF q = hn::Add(p, hn::Mul(c.step_size(), c.update_direction(m, v)));
+    VF g_old = g, g_new = hn::Mul(g, c.grad_scale());
+    if (!s.decoupled) {
+      g_old = hn::Add(g_old, hn::Mul(c.l2(), q));
+      g_new = hn::Add(g_new, hn::Mul(c.l2(), q));
+    }
+    m = hn::Add(m, hn::Mul(c.one_minus_beta1(), hn::Sub(g_new, g_old)));
+    v = hn::Add(v, hn::Mul(c.one_minus_beta2(), hn::Sub(hn::Mul(g_new, g_new), hn::Mul(g_old, g_old))));
+    v = hn::IfThenZeroElse(hn::Lt(v, c.zero()), v);
+    return hn::Sub(q, hn::Mul(c.step_size(), c.update_direction(m, v)));
   } else {
-    g = hn::Add(g, hn::Mul(c.l2, p));
+    const VF q = hn::Div(hn::Add(p, hn::Mul(c.step_size(), c.update_direction(m, v))), c.decay());
+    const VF g_e = s.decoupled ? g : hn::Add(g, hn::Mul(c.l2(), q));
+    m = hn::Div(hn::Sub(m, hn::Mul(c.one_minus_beta1(), g_e)), c.beta1());
+    v = hn::Div(hn::Sub(v, hn::Mul(hn::Mul(c.one_minus_beta2(), g_e), g_e)), c.beta2());
+    v = hn::IfThenZeroElse(hn::Lt(v, c.zero()), v);
+    return q;
   }
-  m = hn::Add(hn::Mul(c.beta1, m), hn::Mul(c.one_minus_beta1, g));
-  v = hn::Add(hn::Mul(c.beta2, v), hn::Mul(hn::Mul(c.one_minus_beta2, g), g));
-  const auto denom = hn::Add(hn::Mul(hn::Sqrt(v), c.inv_bc2_sqrt), c.eps);
-  return hn::Sub(p, hn::Mul(c.step_size, hn::Div(m, denom)));
 }
 
-// Moment is float (fp32 moments) or uint16_t (bf16 moments, stochastic rounding).
-template <typename Moment>
-HWY_INLINE void UpdateImpl(const AdamWStep& s, float* HWY_RESTRICT param, Moment* HWY_RESTRICT exp_avg,
-                           Moment* HWY_RESTRICT exp_avg_sq, const float* HWY_RESTRICT grad,
-                           uint16_t* HWY_RESTRICT bf16_out, size_t n, RoundingStream rounding) {
+// Moment is float (fp32 moments) or uint16_t (bf16 moments, stochastic rounding). Two vectors
+// per iteration (the bf16 stores narrow them together); the tail (fewer than two vectors) goes
+// to the scalar twin: same operations, same results.
+template <AdamWPass kPass, typename Moment>
+HWY_INLINE void PassImpl(const AdamWStep& s, float* HWY_RESTRICT param, Moment* HWY_RESTRICT exp_avg,
+                         Moment* HWY_RESTRICT exp_avg_sq, const float* HWY_RESTRICT grad,
+                         uint16_t* HWY_RESTRICT bf16_out, size_t n, uint32_t key, uint64_t first_index) {
   const DF df;
+  const DU32 du;
   const size_t lanes = hn::Lanes(df);
   const Derived k = derive(s);
-  const Constants c{hn::Set(df, k.decay_factor),    hn::Set(df, k.l2),        hn::Set(df, s.beta1),
-                    hn::Set(df, s.beta2),           hn::Set(df, k.one_minus_beta1), hn::Set(df, k.one_minus_beta2),
-                    hn::Set(df, k.step_size),       hn::Set(df, k.inv_bc2_sqrt),   hn::Set(df, s.eps)};
-  const DU32 du;
-  // key + element index per lane, advanced by two vectors per iteration (wraps modulo 2^32,
-  // as the scalar twin's does)
-  auto counter = hn::Add(hn::Iota(du, 0u), hn::Set(du, rounding.key + static_cast<uint32_t>(rounding.first_index)));
+  const Constants c{s, k};
+  // key + element index per lane, advanced by one vector at a time (wraps modulo 2^32, as the
+  // scalar twin's does). Iota is built once: on x86 it goes through memory, and inside the
+  // loop its store-forwarding stall doubled the time of the bf16-moment pass.
+  auto counter = hn::Add(hn::Iota(du, 0u), hn::Set(du, key + static_cast<uint32_t>(first_index)));
   const auto advance = hn::Set(du, static_cast<uint32_t>(lanes));
   size_t i = 0;
   for (; i + 2 * lanes <= n; i += 2 * lanes) {
     VF m0 = load_moment(exp_avg + i), v0 = load_moment(exp_avg_sq + i);
     VF m1 = load_moment(exp_avg + i + lanes), v1 = load_moment(exp_avg_sq + i + lanes);
-    const VF p0 = step_vector(s, c, hn::LoadU(df, param + i), hn::LoadU(df, grad + i), m0, v0);
-    const VF p1 = step_vector(s, c, hn::LoadU(df, param + i + lanes), hn::LoadU(df, grad + i + lanes), m1, v1);
+    const VF p0 = pass_vector<kPass>(s, c, hn::LoadU(df, param + i), hn::LoadU(df, grad + i), m0, v0);
+    const VF p1 = pass_vector<kPass>(s, c, hn::LoadU(df, param + i + lanes), hn::LoadU(df, grad + i + lanes), m1, v1);
     hn::StoreU(p0, df, param + i);
     hn::StoreU(p1, df, param + i + lanes);
     if constexpr (sizeof(Moment) == sizeof(float)) {
@@ -164,25 +278,19 @@ HWY_INLINE void UpdateImpl(const AdamWStep& s, float* HWY_RESTRICT param, Moment
     }
     if (bf16_out) store_upper_halves(nearest_even_bits(p0), nearest_even_bits(p1), bf16_out + i);
   }
-  // The tail (fewer than two vectors) with the scalar twin: same operations, same results.
   if (i < n) {
-    uint16_t* out = bf16_out ? bf16_out + i : nullptr;
-    if constexpr (sizeof(Moment) == sizeof(float)) {
-      adamw_update_scalar(s, param + i, exp_avg + i, exp_avg_sq + i, grad + i, out, n - i);
-    } else {
-      adamw_update_bf16_moments_scalar(s, param + i, exp_avg + i, exp_avg_sq + i, grad + i, out, n - i,
-                                       {rounding.key, rounding.first_index + i});
-    }
+    scalar_pass<kPass>(s, param + i, exp_avg + i, exp_avg_sq + i, grad + i, bf16_out ? bf16_out + i : nullptr, n - i,
+                       key, first_index + i);
   }
 }
 
-void Update(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad, uint16_t* bf16_out,
-            size_t n) {
-  UpdateImpl(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, {});
+void PassFp32(AdamWPass pass, const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
+              uint16_t* bf16_out, size_t n) {
+  with_pass(pass, [&](auto p) { PassImpl<p.value>(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, 0u, 0u); });
 }
-void UpdateBf16Moments(const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq, const float* grad,
-                       uint16_t* bf16_out, size_t n, RoundingStream rounding) {
-  UpdateImpl(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, rounding);
+void PassBf16(AdamWPass pass, const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
+              const float* grad, uint16_t* bf16_out, size_t n, uint32_t key, uint64_t first_index) {
+  with_pass(pass, [&](auto p) { PassImpl<p.value>(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, key, first_index); });
 }
 
 }  // namespace superoffload::optim::HWY_NAMESPACE
@@ -191,17 +299,31 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace superoffload::optim {
 
-HWY_EXPORT(Update);
-HWY_EXPORT(UpdateBf16Moments);
+HWY_EXPORT(PassFp32);
+HWY_EXPORT(PassBf16);
 
-void adamw_update(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
-                  uint16_t* bf16_out, size_t n) {
-  HWY_DYNAMIC_DISPATCH(Update)(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n);
+void adamw_pass(AdamWPass pass, const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
+                uint16_t* bf16_out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(PassFp32)(pass, s, param, exp_avg, exp_avg_sq, grad, bf16_out, n);
 }
 
-void adamw_update_bf16_moments(const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
-                               const float* grad, uint16_t* bf16_out, size_t n, RoundingStream rounding) {
-  HWY_DYNAMIC_DISPATCH(UpdateBf16Moments)(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, rounding);
+void adamw_pass(AdamWPass pass, const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
+                const float* grad, uint16_t* bf16_out, size_t n, RoundingStream rounding) {
+  HWY_DYNAMIC_DISPATCH(PassBf16)(pass, s, param, exp_avg, exp_avg_sq, grad, bf16_out, n,
+                                 pass_key(pass, rounding.key), rounding.first_index);
+}
+
+void adamw_pass_scalar(AdamWPass pass, const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq,
+                       const float* grad, uint16_t* bf16_out, size_t n) {
+  with_pass(pass, [&](auto p) { scalar_pass<p.value>(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, 0u, 0u); });
+}
+
+void adamw_pass_scalar(AdamWPass pass, const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
+                       const float* grad, uint16_t* bf16_out, size_t n, RoundingStream rounding) {
+  const uint32_t key = pass_key(pass, rounding.key);
+  with_pass(pass, [&](auto p) {
+    scalar_pass<p.value>(s, param, exp_avg, exp_avg_sq, grad, bf16_out, n, key, rounding.first_index);
+  });
 }
 
 uint32_t moment_rounding_key(uint64_t sub_group_id, int64_t step) {
@@ -209,78 +331,7 @@ uint32_t moment_rounding_key(uint64_t sub_group_id, int64_t step) {
                static_cast<uint32_t>(step) * 0x9e3779b9u);
 }
 
-uint16_t bf16_round_stochastic(float x, uint32_t random16) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  return static_cast<uint16_t>((bits + (random16 & 0xffffu)) >> 16);
-}
-
-namespace {
-
-// The per-element step, shared by both scalar twins. Returns the new weight.
-inline float step_element(const AdamWStep& s, const Derived& k, float p, float g, float& m, float& v) {
-  if (s.decoupled) {
-    p = p * k.decay_factor;
-  } else {
-    g = g + k.l2 * p;
-  }
-  m = s.beta1 * m + k.one_minus_beta1 * g;
-  v = s.beta2 * v + (k.one_minus_beta2 * g) * g;
-  const float denom = std::sqrt(v) * k.inv_bc2_sqrt + s.eps;
-  return p - k.step_size * (m / denom);
-}
-
-// The inverse of step_element for the same g.
-inline float undo_element(const AdamWStep& s, const Derived& k, float p, float g, float& m, float& v) {
-  const float denom = std::sqrt(v) * k.inv_bc2_sqrt + s.eps;
-  const float before = (p + k.step_size * (m / denom)) / k.decay_factor;
-  const float g_eff = s.decoupled ? g : g + k.l2 * before;
-  m = (m - k.one_minus_beta1 * g_eff) / s.beta1;
-  v = std::max(0.0f, (v - (k.one_minus_beta2 * g_eff) * g_eff) / s.beta2);
-  return before;
-}
-
-}  // namespace
-
-void adamw_update_scalar(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad,
-                         uint16_t* bf16_out, size_t n) {
-  const Derived k = derive(s);
-  for (size_t i = 0; i < n; ++i) {
-    param[i] = step_element(s, k, param[i], grad[i], exp_avg[i], exp_avg_sq[i]);
-    if (bf16_out) bf16_out[i] = comm::float_to_bf16(param[i]);
-  }
-}
-
-void adamw_update_bf16_moments_scalar(const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
-                                      const float* grad, uint16_t* bf16_out, size_t n, RoundingStream rounding) {
-  const Derived k = derive(s);
-  for (size_t i = 0; i < n; ++i) {
-    float m = comm::bf16_to_float(exp_avg[i]), v = comm::bf16_to_float(exp_avg_sq[i]);
-    param[i] = step_element(s, k, param[i], grad[i], m, v);
-    const uint32_t r = random_bits(rounding.key, rounding.first_index + i);
-    exp_avg[i] = bf16_round_stochastic(m, r);
-    exp_avg_sq[i] = bf16_round_stochastic(v, r >> 16);
-    if (bf16_out) bf16_out[i] = comm::float_to_bf16(param[i]);
-  }
-}
-
-void adamw_undo(const AdamWStep& s, float* param, float* exp_avg, float* exp_avg_sq, const float* grad, size_t n) {
-  const Derived k = derive(s);
-  for (size_t i = 0; i < n; ++i) param[i] = undo_element(s, k, param[i], grad[i], exp_avg[i], exp_avg_sq[i]);
-}
-
-void adamw_undo_bf16_moments(const AdamWStep& s, float* param, uint16_t* exp_avg, uint16_t* exp_avg_sq,
-                             const float* grad, size_t n, RoundingStream rounding) {
-  const Derived k = derive(s);
-  for (size_t i = 0; i < n; ++i) {
-    float m = comm::bf16_to_float(exp_avg[i]), v = comm::bf16_to_float(exp_avg_sq[i]);
-    param[i] = undo_element(s, k, param[i], grad[i], m, v);
-    const uint32_t r = random_bits(rounding.key ^ kUndoKey, rounding.first_index + i);
-    exp_avg[i] = bf16_round_stochastic(m, r);
-    exp_avg_sq[i] = bf16_round_stochastic(v, r >> 16);
-  }
-}
+uint16_t bf16_round_stochastic(float x, uint32_t random16) { return stochastic_bf16(x, random16); }
 
 std::string adamw_target() {
   // The dispatcher takes the best target both compiled in and supported by this CPU; in

@@ -5,12 +5,13 @@
 #include <sched.h>
 #include <torch/autograd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <mutex>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/timer.hpp"
@@ -26,22 +27,25 @@ namespace {
 // The CPU kernel works on contiguous runs; the pool splits a run among its threads.
 constexpr size_t kAlign = 64;
 
-// Whether every element is finite, on the optimizer's own pool. (An ATen reduction called from
-// the speculation worker ran on an OpenMP team of that thread, which competed with the pool
-// for the bound cores: on a 16-core H100 node the speculated CPU steps took 6x longer.)
-bool all_finite(ThreadPool& pool, const float* data, size_t n) {
-  std::atomic<bool> finite{true};
+// The squared L2 norm, +inf when an element is not finite, on the optimizer's own pool. (An
+// ATen reduction called from the speculation worker ran on an OpenMP team of that thread,
+// which competed with the pool for the bound cores: on a 16-core H100 node the speculated CPU
+// steps took 6x longer.) Per-thread sums in double, in a loop the compiler vectorises.
+double squared_norm(ThreadPool& pool, const float* data, size_t n) {
+  std::mutex mutex;
+  double total = 0;
   pool.parallel_for(n, kAlign, [&](size_t b, size_t e) {
-    uint32_t special = 0;  // exponent all ones: inf or NaN (a branch-free loop the compiler vectorises)
-    for (size_t i = b; i < e; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, data + i, sizeof bits);
-      special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (special) finite.store(false, std::memory_order_relaxed);
+    double sum = 0;
+    for (size_t i = b; i < e; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+    std::lock_guard lock(mutex);
+    total += sum;
   });
-  return finite.load(std::memory_order_relaxed);
+  return std::isfinite(total) ? total : INFINITY;  // NaN too
 }
+
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+constexpr size_t kShareHistory = 8;  // steps whose norm shares predict clipping
 
 }  // namespace
 
@@ -142,7 +146,11 @@ size_t OffloadOptimizer::cpu_sub_groups() const {
 
 std::string OffloadOptimizer::describe() const {
   std::ostringstream text;
-  text << (s_.super_offload ? "SuperOffload (CPU steps speculated during backward)" : "ZeRO-Offload (CPU steps after backward)")
+  const char* mode = s_.speculation == Speculation::never   ? "ZeRO-Offload (CPU steps after backward)"
+                     : s_.speculation == Speculation::always ? "SuperOffload (every CPU step speculated during backward)"
+                                                             : "SuperOffload (CPU steps speculated during backward until "
+                                                               "clipping is certain or predicted)";
+  text << mode
        << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
        << adamw_target() << ", " << pool_.size() << " thread(s)" << (s_.bf16_moments ? ", bf16 moments" : "");
   return text.str();
@@ -187,6 +195,19 @@ void OffloadOptimizer::begin_step(double lr) {
     g.speculated = false;
     g.finished_at = 0;
   }
+  local_squared_norm_ = 0;
+  stopped_speculating_ = false;
+}
+
+bool OffloadOptimizer::speculation_pays(double local_squared_norm) const {
+  const double clip = s_.adamw.gradient_clipping;
+  if (s_.speculation == Speculation::always || clip <= 0) return true;
+  const double bound = std::sqrt(local_squared_norm);  // ≤ the global norm
+  if (bound > clip) return false;                       // clipping is certain
+  if (!last_step_clipped_ || local_share_.empty()) return true;
+  std::vector<double> shares(local_share_.begin(), local_share_.end());
+  std::nth_element(shares.begin(), shares.begin() + static_cast<long>(shares.size() / 2), shares.end());
+  return bound < clip * shares[shares.size() / 2];  // beyond it, clipping is predicted
 }
 
 void OffloadOptimizer::gradient_ready(size_t layer) {
@@ -202,7 +223,7 @@ void OffloadOptimizer::gradient_ready(size_t layer) {
       queued.push_back(i);
     }
   }
-  if (!s_.super_offload || queued.empty()) return;
+  if (s_.speculation == Speculation::never || queued.empty()) return;
   {
     std::lock_guard lock(mutex_);
     for (size_t i : queued) queue_.push_back(i);
@@ -224,11 +245,17 @@ void OffloadOptimizer::worker_loop() {
     const double start = now_s();
     std::exception_ptr error;
     try {
+      // Once speculation stops it stays stopped for the step: the rest wait for step end.
       // A non-finite gradient is never stepped speculatively: its step could not be undone
-      // (inf − inf is NaN). The step-end validation sees it in the global norm and skips.
+      // (inf − inf is NaN); the step-end validation sees it in the global norm and skips.
       auto& g = groups_[index];
-      if (all_finite(pool_, g.grad.data_ptr<float>(), static_cast<size_t>(g.grad.numel()))) {
-        step_cpu(g, 1.0f);
+      if (!stopped_speculating_) {
+        local_squared_norm_ += squared_norm(pool_, g.grad.data_ptr<float>(), static_cast<size_t>(g.grad.numel()));
+        stopped_speculating_ = !std::isfinite(local_squared_norm_) || !speculation_pays(local_squared_norm_);
+      }
+      if (!stopped_speculating_) {
+        ++g.steps;
+        run_pass(g, AdamWPass::step, 1.0f);
         g.speculated = true;
       }
     } catch (...) {
@@ -257,58 +284,32 @@ RoundingStream OffloadOptimizer::rounding(size_t group_index, int64_t offset) co
   return {moment_rounding_key(id, groups_[group_index].steps), static_cast<uint64_t>(offset)};
 }
 
-namespace {
-uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-}  // namespace
-
-void OffloadOptimizer::step_cpu(SubGroup& g, float grad_scale) {
-  ++g.steps;
+void OffloadOptimizer::run_pass(SubGroup& g, AdamWPass pass, float grad_scale) {
   const size_t index = static_cast<size_t>(&g - groups_.data());
   float* p = g.master.data_ptr<float>();
-  float* grad = g.grad.data_ptr<float>();
-  if (grad_scale != 1.0f) {  // clipping, on the pool (not ATen's OpenMP threads: see all_finite)
-    pool_.parallel_for(static_cast<size_t>(g.grad.numel()), kAlign, [&](size_t b, size_t e) {
-      for (size_t i = b; i < e; ++i) grad[i] *= grad_scale;
-    });
-  }
-  auto* out = bf16_ ? reinterpret_cast<uint16_t*>(g.bf16.data_ptr<at::BFloat16>()) : nullptr;
+  const float* grad = g.grad.data_ptr<float>();
+  uint16_t* out = bf16_ ? bf16_bits(g.bf16) : nullptr;
   for (const auto& piece : g.pieces) {
-    const AdamWStep step{static_cast<float>(lr_), beta1_, beta2_, eps_, piece.decay ? weight_decay_ : 0.0f,
-                         s_.adamw.decoupled, g.steps};
+    const AdamWStep step{.lr = static_cast<float>(lr_),
+                         .beta1 = beta1_,
+                         .beta2 = beta2_,
+                         .eps = eps_,
+                         .weight_decay = piece.decay ? weight_decay_ : 0.0f,
+                         .decoupled = s_.adamw.decoupled,
+                         .step = g.steps,
+                         .grad_scale = grad_scale};
     pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
       const size_t o = static_cast<size_t>(piece.begin) + b;
       uint16_t* bf16_copy = out ? out + o : nullptr;
       if (s_.bf16_moments) {
-        adamw_update_bf16_moments(step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o,
-                                  bf16_copy, e - b, rounding(index, static_cast<int64_t>(o)));
+        adamw_pass(pass, step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o, bf16_copy, e - b,
+                   rounding(index, static_cast<int64_t>(o)));
       } else {
-        adamw_update(step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o,
-                     bf16_copy, e - b);
+        adamw_pass(pass, step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o,
+                   bf16_copy, e - b);
       }
     });
   }
-}
-
-// The algebraic inverse of step_cpu with the same gradient (the kernel's adamw_undo).
-void OffloadOptimizer::rollback_cpu(SubGroup& g) {
-  const size_t index = static_cast<size_t>(&g - groups_.data());
-  float* p = g.master.data_ptr<float>();
-  const float* grad = g.grad.data_ptr<float>();
-  for (const auto& piece : g.pieces) {
-    const AdamWStep step{static_cast<float>(lr_), beta1_, beta2_, eps_, piece.decay ? weight_decay_ : 0.0f,
-                         s_.adamw.decoupled, g.steps};
-    pool_.parallel_for(static_cast<size_t>(piece.end - piece.begin), kAlign, [&](size_t b, size_t e) {
-      const size_t o = static_cast<size_t>(piece.begin) + b;
-      if (s_.bf16_moments) {
-        adamw_undo_bf16_moments(step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o, e - b,
-                                rounding(index, static_cast<int64_t>(o)));
-      } else {
-        adamw_undo(step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o, e - b);
-      }
-    });
-  }
-  --g.steps;
-  g.speculated = false;
 }
 
 void OffloadOptimizer::step_device(SubGroup& g, double grad_scale) {
@@ -359,21 +360,42 @@ StepOutcome OffloadOptimizer::finish_step() {
   for (const auto& g : groups_) {
     if (g.speculated && g.finished_at > 0 && g.finished_at < backward_end_) ++outcome.speculated_before_backward_end;
   }
+  // What this rank's CPU share looked like, for the next steps' prediction: only when the
+  // worker saw every CPU gradient (it stops adding once speculation stops).
+  if (s_.speculation == Speculation::automatic && finite && outcome.grad_norm > 0 && !stopped_speculating_ &&
+      cpu_sub_groups() > 0) {
+    local_share_.push_back(std::sqrt(local_squared_norm_) / outcome.grad_norm);
+    if (local_share_.size() > kShareHistory) local_share_.pop_front();
+  }
+  if (finite) last_step_clipped_ = outcome.clipped;
+  const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
+  auto& counts = outcome.speculation;
   {
     ScopedTime timed(times_.rollback_s);
     for (auto& g : groups_) {
-      if (g.speculated && (outcome.clipped || outcome.skipped)) {
-        rollback_cpu(g);
-        ++outcome.rolled_back;
+      if (!g.speculated) continue;
+      ++counts.speculated;
+      if (outcome.skipped) {  // nothing is stepped: back to the weights of the last good step
+        run_pass(g, AdamWPass::undo, 1.0f);
+        --g.steps;
+        ++counts.undone;
+      } else if (outcome.clipped) {
+        run_pass(g, AdamWPass::redo, scale);
+        ++counts.replayed;
+      } else {
+        ++counts.committed;
       }
     }
   }
-  if (outcome.skipped) return outcome;  // nothing stepped: the weights are those of the last good step
-  const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
+  if (outcome.skipped) return outcome;
   {
     ScopedTime timed(times_.cpu_step_s);
     for (auto& g : groups_) {
-      if (g.on_cpu && !g.speculated) step_cpu(g, scale);  // replays and, without speculation, every step
+      if (g.on_cpu && !g.speculated) {
+        ++g.steps;
+        run_pass(g, AdamWPass::step, scale);
+        ++counts.late;
+      }
     }
   }
   {

@@ -4,12 +4,19 @@
 // complete, its gradient is copied to host memory and a CPU worker steps those sub-groups
 // at once with the SIMD AdamW, while backward continues (speculation). At step end the
 // global gradient norm and a non-finite flag are all-reduced: no clipping needed and all
-// finite → commit; clipping needed → roll the speculated sub-groups back (the algebraic
-// inverse of the step) and replay them with clipped gradients; non-finite → roll back and
-// skip the step. The first 1 − ratio of the sub-groups are stepped at step end on the device
-// with LibTorch's fused AdamW. Updated shards go back to the device before the next forward.
-// With super_offload = false the CPU sub-groups are stepped after backward instead (classic
-// ZeRO-Offload): same kernel, no speculation.
+// finite → commit; clipping needed → redo the speculated sub-groups with the clipping
+// coefficient (one fused pass: the step replaced in place); non-finite → undo them and skip
+// the step. The first 1 − ratio of the sub-groups are stepped at step end on the device with
+// LibTorch's fused AdamW. Updated shards go back to the device before the next forward.
+//
+// Which sub-groups are speculated (Speculation): `always` every CPU sub-group; `never` none
+// (classic ZeRO-Offload: the CPU sub-groups are stepped after backward, same kernel);
+// `automatic` stops speculating on this rank once clipping is certain or predicted. The
+// worker adds up the squared norms of this rank's CPU gradients as they arrive: a lower
+// bound of the global norm. Once it exceeds gradient_clipping the step clips for certain.
+// After a clipped step it also stops at clipping × (this rank's usual share of the global
+// norm, the median of the last 8 complete steps): the step is predicted to clip. Sub-groups
+// not speculated are stepped once, at step end, with the coefficient.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,11 +36,13 @@
 
 namespace superoffload::optim {
 
+enum class Speculation { automatic, always, never };
+
 struct OffloadSettings {
   AdamWSettings adamw;          // the kernel computes in fp32: the values are rounded to float
   int64_t sub_group_size = 1'000'000'000;
   double ratio = 1.0;           // share of sub-groups stepped on the CPU
-  bool super_offload = true;    // speculate during backward
+  Speculation speculation = Speculation::automatic;
   std::vector<int> cpus;        // CPUs of the optimizer threads (first one: the worker)
   size_t threads = 1;           // when cpus is empty
   bool pin_memory = true;       // page-locked host buffers when the engine runs on a GPU
@@ -51,7 +60,7 @@ class OffloadOptimizer final : public Optimizer {
   // Before the step's backward passes; `lr` is this step's learning rate.
   void begin_step(double lr) override;
   // A layer's shard is complete for this step: its CPU sub-groups' gradients go to host
-  // memory and, with super_offload, are queued for a speculative step.
+  // memory and, unless speculation is `never`, are queued for the speculation worker.
   void gradient_ready(size_t layer) override;
   // When the step's backward passes are done: validates, commits / rolls back and replays /
   // skips, steps the device share, uploads. Collective over the engine's ranks.
@@ -86,8 +95,11 @@ class OffloadOptimizer final : public Optimizer {
 
   // The key of the stochastic rounding of this sub-group's bf16 moments at its current step.
   RoundingStream rounding(size_t group_index, int64_t offset) const;
-  void step_cpu(SubGroup& group, float grad_scale);
-  void rollback_cpu(SubGroup& group);
+  // One kernel pass over a CPU sub-group at its current step count, on the pool.
+  void run_pass(SubGroup& group, AdamWPass pass, float grad_scale);
+  // Whether the worker should still speculate, given this rank's squared gradient norm so far
+  // (automatic policy; see the file comment).
+  bool speculation_pays(double local_squared_norm) const;
   void step_device(SubGroup& group, double grad_scale);
   void upload();
   void worker_loop();
@@ -113,6 +125,12 @@ class OffloadOptimizer final : public Optimizer {
   bool busy_ = false, stop_ = false;
   std::exception_ptr worker_error_;  // an error of the worker, rethrown to the training thread
   double backward_end_ = 0;
+  // This step's speculation state (worker; read by finish_step after wait_for_worker).
+  double local_squared_norm_ = 0;  // of the CPU gradients the worker has seen
+  bool stopped_speculating_ = false;
+  // Recent complete steps: this rank's CPU-gradient norm over the global norm; whether the last one clipped.
+  std::deque<double> local_share_;
+  bool last_step_clipped_ = false;
 };
 
 }  // namespace superoffload::optim

@@ -6,12 +6,23 @@
 
 namespace superoffload::optim {
 
+// What became of this rank's CPU sub-groups in a step (SuperOffload). Every CPU sub-group is
+// either speculated (then committed, replayed or undone) or stepped late (or not at all in a
+// skipped step).
+struct SpeculationCounts {
+  int64_t speculated = 0;  // stepped during backward
+  int64_t committed = 0;   // speculated, kept: the step did not clip
+  int64_t replayed = 0;    // speculated, then redone with the clipping coefficient (one fused pass)
+  int64_t undone = 0;      // speculated, then undone: a gradient was not finite, the step is skipped
+  int64_t late = 0;        // not speculated (policy, or ZeRO-Offload mode): stepped at step end
+};
+
 // What validation decided for a step.
 struct StepOutcome {
   double grad_norm = 0;  // global L2 norm of the reduced gradients (before clipping)
   bool clipped = false;  // gradients scaled by clip_coefficient()
   bool skipped = false;  // a gradient was not finite: nothing was stepped
-  int64_t rolled_back = 0;                     // speculated sub-groups undone (and replayed unless skipped)
+  SpeculationCounts speculation;
   int64_t speculated_before_backward_end = 0;  // CPU sub-group steps that overlapped backward
 };
 
@@ -23,7 +34,7 @@ struct OptimizerTimes {
   double device_step_s = 0;  // AdamW on the engine's device
   double h2d_s = 0;          // updated weights back to the device shards
   double wait_s = 0;         // step end waiting for speculated steps
-  double rollback_s = 0;     // undoing speculated steps
+  double rollback_s = 0;     // redoing (clipped) or undoing (skipped) speculated steps
   double total() const { return d2h_s + cpu_step_s + device_step_s + h2d_s + wait_s + rollback_s; }
 };
 

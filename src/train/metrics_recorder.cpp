@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <filesystem>
+#include <string_view>
 
 #include "cluster/check_mpi.hpp"
 #include "cluster/mpi_world.hpp"
@@ -36,7 +37,12 @@ const Column kTrainColumns[] = {
     {"tflops", [](const StepRecord& r) { return r.tflops; }},
     {"mfu", [](const StepRecord& r) { return r.mfu; }},
     {"skipped", [](const StepRecord& r) { return r.skipped ? 1.0 : 0.0; }},
-    {"rollbacks", [](const StepRecord& r) { return static_cast<double>(r.rollbacks); }},
+    // SuperOffload's CPU sub-groups, summed over ranks (see optim::SpeculationCounts).
+    {"speculated", [](const StepRecord& r) { return static_cast<double>(r.speculation.speculated); }},
+    {"committed", [](const StepRecord& r) { return static_cast<double>(r.speculation.committed); }},
+    {"replayed", [](const StepRecord& r) { return static_cast<double>(r.speculation.replayed); }},
+    {"undone", [](const StepRecord& r) { return static_cast<double>(r.speculation.undone); }},
+    {"stepped_late", [](const StepRecord& r) { return static_cast<double>(r.speculation.late); }},
     {"forward_s", [](const StepRecord& r) { return r.engine.forward_s; }},
     {"backward_s", [](const StepRecord& r) { return r.engine.backward_s; }},
     {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
@@ -59,7 +65,23 @@ const Column kRankColumns[] = {
     {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
     {"reduce_s", [](const StepRecord& r) { return r.engine.reduce_s; }},
     {"optimizer_s", [](const StepRecord& r) { return r.optimizer.total(); }},
+    {"speculated", [](const StepRecord& r) { return static_cast<double>(r.speculation.speculated); }},
+    {"committed", [](const StepRecord& r) { return static_cast<double>(r.speculation.committed); }},
+    {"replayed", [](const StepRecord& r) { return static_cast<double>(r.speculation.replayed); }},
+    {"undone", [](const StepRecord& r) { return static_cast<double>(r.speculation.undone); }},
+    {"stepped_late", [](const StepRecord& r) { return static_cast<double>(r.speculation.late); }},
 };
+
+// The sum over ranks of a /ranks column (rank-major `gathered`, `columns` per rank).
+int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
+  int column = 0;
+  while (column < columns && kRankColumns[column].name != name) ++column;
+  double sum = 0;
+  for (size_t k = 0; k * static_cast<size_t>(columns) < gathered.size(); ++k) {
+    sum += gathered[k * static_cast<size_t>(columns) + static_cast<size_t>(column)];
+  }
+  return static_cast<int64_t>(sum);
+}
 
 template <size_t N>
 std::vector<std::string> names(const Column (&columns)[N]) {
@@ -96,8 +118,14 @@ void MetricsRecorder::record(const StepRecord& r) {
   for (int k = 0; k < world; ++k) {
     for (int c = 0; c < columns; ++c) by_column[static_cast<size_t>(c * world + k)] = gathered[static_cast<size_t>(k * columns + c)];
   }
+  StepRecord total = r;
+  total.speculation = {.speculated = rank_sum(gathered, columns, "speculated"),
+                       .committed = rank_sum(gathered, columns, "committed"),
+                       .replayed = rank_sum(gathered, columns, "replayed"),
+                       .undone = rank_sum(gathered, columns, "undone"),
+                       .late = rank_sum(gathered, columns, "stepped_late")};
   std::vector<double> row;
-  for (const auto& c : kTrainColumns) row.push_back(c.value(r));
+  for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);
   if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) file_->flush();
 }

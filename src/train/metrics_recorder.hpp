@@ -24,7 +24,7 @@ struct StepRecord {
   int64_t step = 0;  // 1-based: the step just completed
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   bool skipped = false;
-  int64_t rollbacks = 0;
+  optim::SpeculationCounts speculation;  // this rank's; /train holds the sums over ranks
   zero::PhaseTimes engine;
   optim::OptimizerTimes optimizer;
   int64_t peak_gathered_elements = 0;

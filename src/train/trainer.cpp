@@ -104,7 +104,8 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device)
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold};
 }
 
-// [offload] device = "cpu": the SuperOffload optimizer (speculative when super_offload), on
+// [offload] device = "cpu": the SuperOffload optimizer (speculation per [offload] speculation;
+// none without super_offload), on
 // cpuadam_cores_perc of the rank's bound cores; "none": AdamW over the shards on the device.
 std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero::ZeroEngine& engine,
                                                  const cluster::RankBinding& binding) {
@@ -121,7 +122,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
   optim::OffloadSettings s{.adamw = adamw,
                            .sub_group_size = cfg.zero.sub_group_size,
                            .ratio = cfg.offload.ratio,
-                           .super_offload = cfg.offload.super_offload,
+                           .speculation = !cfg.offload.super_offload ? optim::Speculation::never
+                                          : cfg.offload.speculation == config::Speculation::always
+                                              ? optim::Speculation::always
+                                          : cfg.offload.speculation == config::Speculation::never
+                                              ? optim::Speculation::never
+                                              : optim::Speculation::automatic,
                            .threads = count,
                            .pin_memory = cfg.offload.pin_memory,
                            .bf16_moments = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16};
@@ -262,7 +268,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                     .tflops = tflops,
                     .mfu = peak > 0 ? tflops / peak : 0.0,
                     .skipped = result.outcome.skipped,
-                    .rollbacks = result.outcome.rolled_back,
+                    .speculation = result.outcome.speculation,
                     .engine = result.engine,
                     .optimizer = result.optimizer,
                     .peak_gathered_elements = engine.memory().peak_live_numel});

@@ -1,9 +1,10 @@
-// The SIMD CPU AdamW equals its scalar reference bit for bit (fp32 master, moments and the
-// bf16 copy; also with bf16 moments) for sizes that are not multiples of the vector width, in
-// AdamW and Adam (L2) modes, over several steps; one step also matches a double-precision
-// hand computation. Stochastic rounding of bf16 moments is unbiased, independent of how the
-// work is split, and lets exp_avg_sq decay where round-to-nearest would freeze it; the undo
-// inverts a step.
+// The SIMD CPU AdamW passes (step, redo, undo) equal their scalar reference bit for bit (fp32
+// master, moments and the bf16 copy; also with bf16 moments) for sizes that are not multiples
+// of the vector width, in AdamW and Adam (L2) modes, over several steps; one step also matches
+// a double-precision hand computation. Redo gives the step taken directly with the clipped
+// gradient, undo the state before the step. Stochastic rounding of bf16 moments is unbiased,
+// independent of how the work is split, and lets exp_avg_sq decay where round-to-nearest
+// would freeze it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,28 +60,35 @@ TEST(CpuAdamW, SimdEqualsScalarBitForBitOnEveryTarget) {
   EXPECT_GE(tested, 1);
 }
 
+// Steps 1–4 of every pass in turn (a step, then a redo with clipping, then an undo, …), with
+// fp32 and with bf16 moments.
 void expect_simd_equals_scalar() {
+  const o::AdamWPass passes[] = {o::AdamWPass::step, o::AdamWPass::redo, o::AdamWPass::undo, o::AdamWPass::step};
   for (size_t n : {0, 1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 100, 1027, 4099}) {
     for (bool decoupled : {true, false}) {
       State simd(n, n), scalar(n, n);
       for (int64_t step = 1; step <= 4; ++step) {
+        const o::AdamWPass pass = passes[step - 1];
         o::AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, decoupled, step};
-        o::adamw_update(s, simd.p.data(), simd.m.data(), simd.v.data(), simd.g.data(), simd.bf16.data(), n);
-        o::adamw_update_scalar(s, scalar.p.data(), scalar.m.data(), scalar.v.data(), scalar.g.data(),
-                               scalar.bf16.data(), n);
-        ASSERT_TRUE(same_bits(simd.p, scalar.p)) << "n " << n << " step " << step << " decoupled " << decoupled;
-        ASSERT_TRUE(same_bits(simd.m, scalar.m)) << "n " << n;
-        ASSERT_TRUE(same_bits(simd.v, scalar.v)) << "n " << n;
-        ASSERT_EQ(simd.bf16, scalar.bf16) << "n " << n;
+        s.grad_scale = pass == o::AdamWPass::undo ? 1.0f : 0.37f;
+        SCOPED_TRACE("n " + std::to_string(n) + " step " + std::to_string(step) + " decoupled " +
+                     std::to_string(decoupled) + " pass " + std::to_string(static_cast<int>(pass)));
+        o::adamw_pass(pass, s, simd.p.data(), simd.m.data(), simd.v.data(), simd.g.data(), simd.bf16.data(), n);
+        o::adamw_pass_scalar(pass, s, scalar.p.data(), scalar.m.data(), scalar.v.data(), scalar.g.data(),
+                             scalar.bf16.data(), n);
+        ASSERT_TRUE(same_bits(simd.p, scalar.p));
+        ASSERT_TRUE(same_bits(simd.m, scalar.m));
+        ASSERT_TRUE(same_bits(simd.v, scalar.v));
+        ASSERT_EQ(simd.bf16, scalar.bf16);
         const o::RoundingStream rounding{o::moment_rounding_key(n, step), 1000 * n};
-        o::adamw_update_bf16_moments(s, simd.p.data(), simd.m16.data(), simd.v16.data(), simd.g.data(),
-                                     simd.bf16.data(), n, rounding);
-        o::adamw_update_bf16_moments_scalar(s, scalar.p.data(), scalar.m16.data(), scalar.v16.data(),
-                                            scalar.g.data(), scalar.bf16.data(), n, rounding);
-        ASSERT_TRUE(same_bits(simd.p, scalar.p)) << "bf16 moments, n " << n << " step " << step;
-        ASSERT_EQ(simd.m16, scalar.m16) << "bf16 moments, n " << n;
-        ASSERT_EQ(simd.v16, scalar.v16) << "bf16 moments, n " << n;
-        ASSERT_EQ(simd.bf16, scalar.bf16) << "bf16 moments, n " << n;
+        o::adamw_pass(pass, s, simd.p.data(), simd.m16.data(), simd.v16.data(), simd.g.data(), simd.bf16.data(), n,
+                      rounding);
+        o::adamw_pass_scalar(pass, s, scalar.p.data(), scalar.m16.data(), scalar.v16.data(), scalar.g.data(),
+                             scalar.bf16.data(), n, rounding);
+        ASSERT_TRUE(same_bits(simd.p, scalar.p)) << "bf16 moments";
+        ASSERT_EQ(simd.m16, scalar.m16) << "bf16 moments";
+        ASSERT_EQ(simd.v16, scalar.v16) << "bf16 moments";
+        ASSERT_EQ(simd.bf16, scalar.bf16) << "bf16 moments";
       }
     }
   }
@@ -92,12 +100,12 @@ TEST(CpuAdamW, Bf16MomentsDoNotDependOnChunking) {
   State whole(n, 5), pieces(n, 5);
   const o::AdamWStep s{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, true, 3};
   const uint32_t key = o::moment_rounding_key(42, 3);
-  o::adamw_update_bf16_moments(s, whole.p.data(), whole.m16.data(), whole.v16.data(), whole.g.data(), nullptr, n,
-                               {key, 0});
+  o::adamw_pass(o::AdamWPass::step, s, whole.p.data(), whole.m16.data(), whole.v16.data(), whole.g.data(), nullptr, n,
+                {key, 0});
   for (size_t b = 0; b < n; b += 77) {
     const size_t e = std::min(n, b + 77);
-    o::adamw_update_bf16_moments(s, pieces.p.data() + b, pieces.m16.data() + b, pieces.v16.data() + b,
-                                 pieces.g.data() + b, nullptr, e - b, {key, b});
+    o::adamw_pass(o::AdamWPass::step, s, pieces.p.data() + b, pieces.m16.data() + b, pieces.v16.data() + b,
+                  pieces.g.data() + b, nullptr, e - b, {key, b});
   }
   EXPECT_EQ(whole.m16, pieces.m16);
   EXPECT_EQ(whole.v16, pieces.v16);
@@ -131,8 +139,8 @@ TEST(CpuAdamW, Bf16SecondMomentDecaysUnderStochasticRounding) {
   std::fill(s.v16.begin(), s.v16.end(), float_to_bf16(1.0f));
   for (int64_t step = 1; step <= 1000; ++step) {
     const o::AdamWStep a{1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, true, step};
-    o::adamw_update_bf16_moments(a, s.p.data(), s.m16.data(), s.v16.data(), s.g.data(), nullptr, n,
-                                 {o::moment_rounding_key(0, step), 0});
+    o::adamw_pass(o::AdamWPass::step, a, s.p.data(), s.m16.data(), s.v16.data(), s.g.data(), nullptr, n,
+                  {o::moment_rounding_key(0, step), 0});
   }
   double mean = 0;
   for (uint16_t v : s.v16) mean += bf16_to_float(v) / n;
@@ -150,7 +158,7 @@ TEST(CpuAdamW, UndoInvertsAStep) {
     const auto p0 = s.p, m0 = s.m, v0 = s.v;
     const o::AdamWStep a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, decoupled, 5};
     o::adamw_update(a, s.p.data(), s.m.data(), s.v.data(), s.g.data(), nullptr, s.p.size());
-    o::adamw_undo(a, s.p.data(), s.m.data(), s.v.data(), s.g.data(), s.p.size());
+    o::adamw_pass(o::AdamWPass::undo, a, s.p.data(), s.m.data(), s.v.data(), s.g.data(), nullptr, s.p.size());
     for (size_t i = 0; i < s.p.size(); ++i) {
       ASSERT_NEAR(s.p[i], p0[i], 1e-6f * std::max(1.0f, std::fabs(p0[i]))) << i;
       // Recovering m subtracts (1 − β1)·g from the new m (g with the L2 term in Adam mode):
@@ -158,6 +166,34 @@ TEST(CpuAdamW, UndoInvertsAStep) {
       const float g = std::fabs(decoupled ? s.g[i] : s.g[i] + 0.1f * p0[i]);
       ASSERT_NEAR(s.m[i], m0[i], 1e-6f * (std::fabs(m0[i]) + g)) << i;
       ASSERT_NEAR(s.v[i], v0[i], 1e-6f * (std::fabs(v0[i]) + g * g)) << i;
+    }
+  }
+}
+
+// A speculated step (unscaled gradient) redone with the clipping coefficient equals the step
+// taken directly with the clipped gradient, to fp32 round-off.
+TEST(CpuAdamW, RedoEqualsTheClippedStepTakenDirectly) {
+  for (bool decoupled : {true, false}) {
+    for (float scale : {0.02f, 0.5f, 0.999f}) {
+      State speculated(1000, 13), direct(1000, 13);
+      for (size_t i = 0; i < speculated.m.size(); ++i) {
+        speculated.m[i] = direct.m[i] = 0.01f * speculated.g[i];
+        speculated.v[i] = direct.v[i] = 1e-4f * speculated.g[i] * speculated.g[i] + 1e-12f;
+      }
+      o::AdamWStep a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, decoupled, 5};
+      o::adamw_update(a, speculated.p.data(), speculated.m.data(), speculated.v.data(), speculated.g.data(), nullptr,
+                      1000);
+      a.grad_scale = scale;
+      o::adamw_pass(o::AdamWPass::redo, a, speculated.p.data(), speculated.m.data(), speculated.v.data(),
+                    speculated.g.data(), speculated.bf16.data(), 1000);
+      o::adamw_update(a, direct.p.data(), direct.m.data(), direct.v.data(), direct.g.data(), direct.bf16.data(), 1000);
+      for (size_t i = 0; i < 1000; ++i) {
+        const float g = std::fabs(decoupled ? direct.g[i] : direct.g[i] + 0.1f * direct.p[i]);
+        ASSERT_NEAR(speculated.p[i], direct.p[i], 1e-6f * std::max(1.0f, std::fabs(direct.p[i]))) << i;
+        ASSERT_NEAR(speculated.m[i], direct.m[i], 1e-6f * (std::fabs(direct.m[i]) + g)) << i;
+        ASSERT_NEAR(speculated.v[i], direct.v[i], 1e-6f * (std::fabs(direct.v[i]) + g * g)) << i;
+        ASSERT_EQ(speculated.bf16[i], float_to_bf16(speculated.p[i]));
+      }
     }
   }
 }
@@ -181,7 +217,8 @@ TEST(CpuAdamW, NonFiniteValuesStayNonFinite) {
   simd.g[21] = scalar.g[21] = INFINITY;
   o::AdamWStep s;
   o::adamw_update(s, simd.p.data(), simd.m.data(), simd.v.data(), simd.g.data(), simd.bf16.data(), 40);
-  o::adamw_update_scalar(s, scalar.p.data(), scalar.m.data(), scalar.v.data(), scalar.g.data(), scalar.bf16.data(), 40);
+  o::adamw_pass_scalar(o::AdamWPass::step, s, scalar.p.data(), scalar.m.data(), scalar.v.data(), scalar.g.data(),
+                       scalar.bf16.data(), 40);
   EXPECT_TRUE(std::isnan(simd.p[3]));
   EXPECT_TRUE(std::isnan(superoffload::comm::bf16_to_float(simd.bf16[3])));
   EXPECT_EQ(simd.bf16, scalar.bf16);

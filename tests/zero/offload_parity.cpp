@@ -1,9 +1,14 @@
 // Under mpirun: the SuperOffload optimizer inside the training step the trainer runs
 // (train/step.hpp). Over 30 fp32 steps of a tiny Llama, with
 // gradient clipping that triggers and one step whose gradient is made infinite:
-//   - speculative (CPU steps during backward, rollback + replay) and synchronous (after
+//   - speculative (CPU steps during backward; redo with the coefficient when the step clips,
+//     undo when it is skipped), with speculation "always" and "auto", and synchronous (after
 //     backward) modes give the same parameters within 1e-6 relative;
-//   - the infinite step is skipped and counted in both, the clipped steps roll back;
+//   - the infinite step is skipped and counted in all, clipped steps replay speculated
+//     sub-groups, the skipped one undoes them;
+//   - with a threshold every step exceeds, "auto" stops speculating mid-backward once this
+//     rank's norm so far crosses it (some sub-groups of a step speculated, the rest stepped
+//     late) and still matches synchronous;
 //   - synchronous mode with every sub-group on the CPU equals the reference sharded AdamW
 //     within 1e-6 (the SIMD kernel inside real training);
 //   - CPU steps of sub-groups finish before backward ends (overlap).
@@ -37,15 +42,18 @@ namespace {
 
 constexpr int kSteps = 30, kInfStep = 12, kMicro = 2, kAccumulation = 2, kSeq = 16;
 constexpr double kClip = 1.5, kLr = 5e-3;  // 10 of 30 steps clip
+constexpr double kLowClip = 1.0;          // every step clips, and the bound crosses it mid-backward
 
 struct Run {
   std::vector<at::Tensor> masters;  // per layer, this rank's shard
-  int skipped = 0, clipped = 0, rolled_back = 0, overlapped = 0;
+  int skipped = 0, clipped = 0, overlapped = 0;
+  so::optim::SpeculationCounts counts;  // summed over steps and ranks
+  int stopped_mid_backward = 0;         // steps (summed over ranks) with speculated and late sub-groups
 };
 
-enum class Mode { speculative, synchronous, reference };
+enum class Mode { speculate_always, speculate_auto, synchronous, reference };
 
-Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MPI_Comm world) {
+Run train(const std::string& dir, Mode mode, double ratio, double clip, at::Device device, MPI_Comm world) {
   auto comm = so::zero::make_communicator(so::config::CommBackend::automatic, device, world);
   auto loaded = so::model::load_model(dir, "auto", so::config::InitMode::random, 42);
   so::zero::EngineOptions options;
@@ -53,7 +61,7 @@ Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MP
   options.persistence_threshold = 0;
   options.device = device;
   so::zero::ZeroEngine engine(loaded.model, *comm, options);
-  const so::optim::AdamWSettings adamw{.weight_decay = 0.1, .gradient_clipping = kClip};
+  const so::optim::AdamWSettings adamw{.weight_decay = 0.1, .gradient_clipping = clip};
   std::unique_ptr<so::optim::Optimizer> optimizer;
   if (mode == Mode::reference) {
     optimizer = std::make_unique<so::optim::ShardedAdamW>(engine, adamw);
@@ -62,7 +70,9 @@ Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MP
         engine, so::optim::OffloadSettings{.adamw = adamw,
                                            .sub_group_size = 3000,  // several sub-groups per layer
                                            .ratio = ratio,
-                                           .super_offload = mode == Mode::speculative,
+                                           .speculation = mode == Mode::speculate_always ? so::optim::Speculation::always
+                                                          : mode == Mode::speculate_auto ? so::optim::Speculation::automatic
+                                                                                         : so::optim::Speculation::never,
                                            .threads = 1});
   }
   int step_now = 0;
@@ -79,8 +89,16 @@ Run train(const std::string& dir, Mode mode, double ratio, at::Device device, MP
     const auto outcome = so::train::run_step(engine, *optimizer, batches, kLr, hooks).outcome;
     run.skipped += outcome.skipped;
     run.clipped += outcome.clipped;
-    run.rolled_back += static_cast<int>(outcome.rolled_back);
     run.overlapped += static_cast<int>(outcome.speculated_before_backward_end);
+    const auto& c = outcome.speculation;
+    int64_t mine[6] = {c.speculated, c.committed, c.replayed, c.undone, c.late, c.speculated > 0 && c.late > 0}, all[6];
+    MPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_SUM, world);
+    run.counts.speculated += all[0];
+    run.counts.committed += all[1];
+    run.counts.replayed += all[2];
+    run.counts.undone += all[3];
+    run.counts.late += all[4];
+    run.stopped_mid_backward += static_cast<int>(all[5]);
   }
   for (size_t l = 0; l < engine.layers().size(); ++l) {
     run.masters.push_back(optimizer->master(l).to(at::kCPU, false, /*copy=*/true));
@@ -130,27 +148,52 @@ int main(int argc, char** argv) {
     }
   };
   try {
-    const auto speculative = train(dir.string(), Mode::speculative, 0.7, device, world->world());
-    const auto synchronous = train(dir.string(), Mode::synchronous, 0.7, device, world->world());
-    const auto all_cpu = train(dir.string(), Mode::synchronous, 1.0, device, world->world());
-    const auto reference = train(dir.string(), Mode::reference, 1.0, device, world->world());
-    const double spec_vs_sync = worst_relative(speculative, synchronous);
+    const auto always = train(dir.string(), Mode::speculate_always, 0.7, kClip, device, world->world());
+    const auto automatic = train(dir.string(), Mode::speculate_auto, 0.7, kClip, device, world->world());
+    const auto synchronous = train(dir.string(), Mode::synchronous, 0.7, kClip, device, world->world());
+    const auto auto_low = train(dir.string(), Mode::speculate_auto, 0.7, kLowClip, device, world->world());
+    const auto sync_low = train(dir.string(), Mode::synchronous, 0.7, kLowClip, device, world->world());
+    const auto all_cpu = train(dir.string(), Mode::synchronous, 1.0, kClip, device, world->world());
+    const auto reference = train(dir.string(), Mode::reference, 1.0, kClip, device, world->world());
+    const double always_vs_sync = worst_relative(always, synchronous);
+    const double auto_vs_sync = worst_relative(automatic, synchronous);
+    const double low_vs_sync = worst_relative(auto_low, sync_low);
     const double cpu_vs_reference = worst_relative(all_cpu, reference);
+    auto describe = [](const char* name, const Run& r, double diff) {
+      std::printf("%-24s vs synchronous %.2e; skipped %d, clipped %d steps; CPU sub-group steps: %lld speculated "
+                  "(%lld committed, %lld replayed, %lld undone), %lld late; %d rank-steps stopped mid-backward; %d "
+                  "finished before backward ended\n",
+                  name, diff, r.skipped, r.clipped, static_cast<long long>(r.counts.speculated),
+                  static_cast<long long>(r.counts.committed), static_cast<long long>(r.counts.replayed),
+                  static_cast<long long>(r.counts.undone), static_cast<long long>(r.counts.late), r.stopped_mid_backward,
+                  r.overlapped);
+    };
     if (rank == 0) {
-      std::printf("speculative vs synchronous: worst relative difference %.2e; skipped %d/%d, clipped %d/%d steps, "
-                  "rolled back %d sub-groups, %d CPU sub-group steps finished before backward ended\n",
-                  spec_vs_sync, speculative.skipped, synchronous.skipped, speculative.clipped, synchronous.clipped,
-                  speculative.rolled_back, speculative.overlapped);
+      describe("speculation always", always, always_vs_sync);
+      describe("speculation auto", automatic, auto_vs_sync);
+      describe("auto, clip 1.0", auto_low, low_vs_sync);
       std::printf("synchronous, all sub-groups on the CPU, vs the reference sharded AdamW: %.2e (reference clipped %d, "
                   "skipped %d)\n",
                   cpu_vs_reference, reference.clipped, reference.skipped);
     }
-    check(spec_vs_sync <= 1e-6, "speculative and synchronous parameters differ by more than 1e-6");
+    check(always_vs_sync <= 1e-6, "speculation always and synchronous parameters differ by more than 1e-6");
+    check(auto_vs_sync <= 1e-6, "speculation auto and synchronous parameters differ by more than 1e-6");
+    check(low_vs_sync <= 1e-6, "speculation auto and synchronous differ by more than 1e-6 when every step clips");
     check(cpu_vs_reference <= 1e-6, "the CPU kernel in training differs from the reference AdamW by more than 1e-6");
-    check(speculative.skipped == 1 && synchronous.skipped == 1, "the infinite step must be skipped exactly once");
-    check(speculative.clipped >= 2, "clipping must trigger in this test");
-    check(speculative.rolled_back > 0, "clipped steps must roll speculated sub-groups back");
-    check(speculative.overlapped > 0, "no CPU sub-group step finished before backward ended");
+    check(always.skipped == 1 && automatic.skipped == 1 && synchronous.skipped == 1,
+          "the infinite step must be skipped exactly once");
+    check(always.clipped >= 2, "clipping must trigger in this test");
+    check(always.counts.replayed > 0, "clipped steps must replay speculated sub-groups");
+    check(always.counts.undone > 0, "the skipped step must undo speculated sub-groups");
+    check(always.counts.late == 0 || always.skipped > 0, "speculation always left sub-groups to step late");
+    check(always.overlapped > 0, "no CPU sub-group step finished before backward ended");
+    check(always.counts.speculated ==
+              always.counts.committed + always.counts.replayed + always.counts.undone,
+          "every speculated sub-group is committed, replayed or undone");
+    check(auto_low.stopped_mid_backward > 0, "auto never stopped speculating mid-backward when every step clips");
+    check(auto_low.clipped >= 25, "with the low threshold nearly every step must clip");
+    check(auto_low.counts.late > auto_low.counts.replayed,
+          "when every step clips, auto should step most CPU sub-groups late rather than replay them");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     failures = 1;
