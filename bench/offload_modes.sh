@@ -5,21 +5,22 @@
 # "none", the baseline), each timed by `superoffload train`'s summary (warm-up steps left
 # out) in the same run. Prints every mode's mean step time, its ratio to the baseline and to
 # the ZeRO-Offload mode. Meant for a GPU node; on a CPU-only machine pass a small model
-# (--hidden 256 --layers 4 --seq 128).
+# (--hidden 256 --layers 4 --seq 128 --bf16 false: LibTorch's bf16 matmuls are emulated, and
+# slow, on CPUs without bf16 instructions).
 #
 #   bench/offload_modes.sh [--hidden 2560] [--layers 24] [--seq 2048] [--micro 4] [--clip 0|X|both]
-#                          [--steps 4] [--ranks 1] [--build build]
+#                          [--steps 4] [--ranks 1] [--bf16 true] [--build build]
 # --clip: the gradient-clipping threshold for every mode; with random initialisation every
 # step clips (norms of 20-50), so 1.0 measures the clipped path (redo, or steps left late)
 # and 0 the overlap; `both` runs 0 and 1.0 and prints both tables.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-hidden=2560 layers=24 seq=2048 micro=4 clip=0 steps=4 ranks=1 build=$here/build
+hidden=2560 layers=24 seq=2048 micro=4 clip=0 steps=4 ranks=1 bf16=true build=$here/build
 while (($#)); do
   case $1 in
     --hidden) hidden=$2 ;; --layers) layers=$2 ;; --seq) seq=$2 ;; --micro) micro=$2 ;;
-    --clip) clip=$2 ;; --steps) steps=$2 ;; --ranks) ranks=$2 ;; --build) build=$2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --clip) clip=$2 ;; --steps) steps=$2 ;; --ranks) ranks=$2 ;; --bf16) bf16=$2 ;; --build) build=$2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "offload_modes.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -40,7 +41,7 @@ mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step
   mpirun -np "$ranks" --bind-to none "$build/bin/superoffload" train "$here/configs/tiny.toml" \
     --set model.path="$work" --set data.path="$work/corpus.jsonl" --set data.seq_len="$seq" \
     --set training.train_micro_batch_size_per_gpu="$micro" --set training.gradient_clipping="$clip" \
-    --set precision.bf16=true --set training.output_dir="$work/$name" --set checkpoint.every_steps=0 \
+    --set precision.bf16="$bf16" --set training.output_dir="$work/$name" --set checkpoint.every_steps=0 \
     --set checkpoint.save_on_exit=false --set training.warmup_steps=2 --set training.bench_steps="$steps" \
     --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true "$@" > "$work/$name.log" 2>&1 ||
     { echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
