@@ -45,8 +45,6 @@ double squared_norm(ThreadPool& pool, const float* data, size_t n) {
 
 uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
-constexpr size_t kShareHistory = 8;  // steps whose norm shares predict clipping
-
 }  // namespace
 
 OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings settings)
@@ -149,7 +147,7 @@ std::string OffloadOptimizer::describe() const {
   const char* mode = s_.speculation == Speculation::never   ? "ZeRO-Offload (CPU steps after backward)"
                      : s_.speculation == Speculation::always ? "SuperOffload (every CPU step speculated during backward)"
                                                              : "SuperOffload (CPU steps speculated during backward until "
-                                                               "clipping is certain or predicted)";
+                                                               "clipping is certain)";
   text << mode
        << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
        << adamw_target() << ", " << pool_.size() << " thread(s)" << (s_.bf16_moments ? ", bf16 moments" : "");
@@ -202,12 +200,8 @@ void OffloadOptimizer::begin_step(double lr) {
 bool OffloadOptimizer::speculation_pays(double local_squared_norm) const {
   const double clip = s_.adamw.gradient_clipping;
   if (s_.speculation == Speculation::always || clip <= 0) return true;
-  const double bound = std::sqrt(local_squared_norm);  // ≤ the global norm
-  if (bound > clip) return false;                       // clipping is certain
-  if (!last_step_clipped_ || local_share_.empty()) return true;
-  std::vector<double> shares(local_share_.begin(), local_share_.end());
-  std::nth_element(shares.begin(), shares.begin() + static_cast<long>(shares.size() / 2), shares.end());
-  return bound < clip * shares[shares.size() / 2];  // beyond it, clipping is predicted
+  // This rank's norm so far is ≤ the global norm: beyond the threshold clipping is certain.
+  return std::sqrt(local_squared_norm) <= clip;
 }
 
 void OffloadOptimizer::gradient_ready(size_t layer) {
@@ -360,14 +354,6 @@ StepOutcome OffloadOptimizer::finish_step() {
   for (const auto& g : groups_) {
     if (g.speculated && g.finished_at > 0 && g.finished_at < backward_end_) ++outcome.speculated_before_backward_end;
   }
-  // What this rank's CPU share looked like, for the next steps' prediction: only when the
-  // worker saw every CPU gradient (it stops adding once speculation stops).
-  if (s_.speculation == Speculation::automatic && finite && outcome.grad_norm > 0 && !stopped_speculating_ &&
-      cpu_sub_groups() > 0) {
-    local_share_.push_back(std::sqrt(local_squared_norm_) / outcome.grad_norm);
-    if (local_share_.size() > kShareHistory) local_share_.pop_front();
-  }
-  if (finite) last_step_clipped_ = outcome.clipped;
   const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
   auto& counts = outcome.speculation;
   {

@@ -11,12 +11,14 @@
 //
 // Which sub-groups are speculated (Speculation): `always` every CPU sub-group; `never` none
 // (classic ZeRO-Offload: the CPU sub-groups are stepped after backward, same kernel);
-// `automatic` stops speculating on this rank once clipping is certain or predicted. The
-// worker adds up the squared norms of this rank's CPU gradients as they arrive: a lower
-// bound of the global norm. Once it exceeds gradient_clipping the step clips for certain.
-// After a clipped step it also stops at clipping × (this rank's usual share of the global
-// norm, the median of the last 8 complete steps): the step is predicted to clip. Sub-groups
-// not speculated are stepped once, at step end, with the coefficient.
+// `automatic` stops speculating on this rank once clipping is certain: the worker adds up the
+// squared norms of this rank's CPU gradients as they arrive, a lower bound of the global
+// norm; once it exceeds gradient_clipping the step clips whatever the other ranks hold.
+// Sub-groups not speculated are stepped once, at step end, with the coefficient. The
+// decision depends on this step's gradients only, so a resumed run decides as the
+// uninterrupted one did and continues its trajectory bit for bit. (A prediction from recent
+// steps' norms was tried and dropped: that history is not in checkpoints, so a resumed run
+// decided differently and its trajectory differed at round-off.)
 #pragma once
 
 #include <ATen/ATen.h>
@@ -98,7 +100,7 @@ class OffloadOptimizer final : public Optimizer {
   // One kernel pass over a CPU sub-group at its current step count, on the pool.
   void run_pass(SubGroup& group, AdamWPass pass, float grad_scale);
   // Whether the worker should still speculate, given this rank's squared gradient norm so far
-  // (automatic policy; see the file comment).
+  // (see the file comment).
   bool speculation_pays(double local_squared_norm) const;
   void step_device(SubGroup& group, double grad_scale);
   void upload();
@@ -128,9 +130,6 @@ class OffloadOptimizer final : public Optimizer {
   // This step's speculation state (worker; read by finish_step after wait_for_worker).
   double local_squared_norm_ = 0;  // of the CPU gradients the worker has seen
   bool stopped_speculating_ = false;
-  // Recent complete steps: this rank's CPU-gradient norm over the global norm; whether the last one clipped.
-  std::deque<double> local_share_;
-  bool last_step_clipped_ = false;
 };
 
 }  // namespace superoffload::optim
