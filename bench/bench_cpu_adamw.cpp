@@ -29,38 +29,34 @@
 HWY_BEFORE_NAMESPACE();
 namespace bench::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-// The bound of the fp32-state kernel: its memory traffic with trivial arithmetic.
-void StreamFp32(float* HWY_RESTRICT p, float* HWY_RESTRICT m, float* HWY_RESTRICT v, const float* HWY_RESTRICT g,
+// The bound of a kernel: its memory traffic with trivial arithmetic. Moment is float (fp32
+// state, 28 B + the optional 2 B copy) or uint16_t (bf16 moments, 20 B + 2 B).
+template <typename Moment>
+void StreamImpl(float* HWY_RESTRICT p, Moment* HWY_RESTRICT m, Moment* HWY_RESTRICT v, const float* HWY_RESTRICT g,
                 uint16_t* HWY_RESTRICT out, size_t n) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<uint16_t, decltype(df)> du16;
   const hn::RebindToSigned<decltype(df)> di32;  // values below 2^16: the saturating demotion is exact
   const size_t lanes = hn::Lanes(df);
+  auto upper_half = [&](auto x) { return hn::DemoteTo(du16, hn::ShiftRight<16>(hn::BitCast(di32, x))); };
   for (size_t i = 0; i + lanes <= n; i += lanes) {
     const auto gi = hn::LoadU(df, g + i);
     const auto pi = hn::Add(hn::LoadU(df, p + i), gi);
     hn::StoreU(pi, df, p + i);
-    hn::StoreU(hn::Add(hn::LoadU(df, m + i), gi), df, m + i);
-    hn::StoreU(hn::Add(hn::LoadU(df, v + i), gi), df, v + i);
-    if (out) hn::StoreU(hn::DemoteTo(du16, hn::ShiftRight<16>(hn::BitCast(di32, pi))), du16, out + i);
+    if constexpr (sizeof(Moment) == sizeof(float)) {
+      hn::StoreU(hn::Add(hn::LoadU(df, m + i), gi), df, m + i);
+      hn::StoreU(hn::Add(hn::LoadU(df, v + i), gi), df, v + i);
+    } else {
+      const auto gbits = upper_half(gi);
+      hn::StoreU(hn::Add(hn::LoadU(du16, m + i), gbits), du16, m + i);
+      hn::StoreU(hn::Add(hn::LoadU(du16, v + i), gbits), du16, v + i);
+    }
+    if (out) hn::StoreU(upper_half(pi), du16, out + i);
   }
 }
-// The bound of the bf16-moment kernel: fp32 p and g, bf16 m and v, the bf16 copy.
-void StreamBf16Moments(float* HWY_RESTRICT p, uint16_t* HWY_RESTRICT m, uint16_t* HWY_RESTRICT v,
-                       const float* HWY_RESTRICT g, uint16_t* HWY_RESTRICT out, size_t n) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<uint16_t, decltype(df)> du16;
-  const hn::RebindToSigned<decltype(df)> di32;  // values below 2^16: the saturating demotion is exact
-  const size_t lanes = hn::Lanes(df);
-  for (size_t i = 0; i + lanes <= n; i += lanes) {
-    const auto gi = hn::LoadU(df, g + i);
-    const auto pi = hn::Add(hn::LoadU(df, p + i), gi);
-    const auto gbits = hn::DemoteTo(du16, hn::ShiftRight<16>(hn::BitCast(di32, gi)));
-    hn::StoreU(pi, df, p + i);
-    hn::StoreU(hn::Add(hn::LoadU(du16, m + i), gbits), du16, m + i);
-    hn::StoreU(hn::Add(hn::LoadU(du16, v + i), gbits), du16, v + i);
-    hn::StoreU(hn::DemoteTo(du16, hn::ShiftRight<16>(hn::BitCast(di32, pi))), du16, out + i);
-  }
+void StreamFp32(float* p, float* m, float* v, const float* g, uint16_t* out, size_t n) { StreamImpl(p, m, v, g, out, n); }
+void StreamBf16Moments(float* p, uint16_t* m, uint16_t* v, const float* g, uint16_t* out, size_t n) {
+  StreamImpl(p, m, v, g, out, n);
 }
 }  // namespace bench::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "base/error.hpp"
 #include "cluster/check_mpi.hpp"
 #include "cluster/mpi_world.hpp"
 #include "io/metrics_file.hpp"
@@ -76,6 +77,7 @@ const Column kRankColumns[] = {
 int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
   int column = 0;
   while (column < columns && kRankColumns[column].name != name) ++column;
+  SO_CHECK(column < columns, "metrics: no per-rank column " << name);
   double sum = 0;
   for (size_t k = 0; k * static_cast<size_t>(columns) < gathered.size(); ++k) {
     sum += gathered[k * static_cast<size_t>(columns) + static_cast<size_t>(column)];

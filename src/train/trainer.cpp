@@ -104,6 +104,20 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device)
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold};
 }
 
+// [offload] speculation as the optimizer takes it; super_offload = false speculates nothing.
+optim::Speculation speculation_of(const config::OffloadConfig& offload) {
+  if (!offload.super_offload) return optim::Speculation::never;
+  switch (offload.speculation) {
+    case config::Speculation::always:
+      return optim::Speculation::always;
+    case config::Speculation::never:
+      return optim::Speculation::never;
+    case config::Speculation::automatic:
+      break;
+  }
+  return optim::Speculation::automatic;
+}
+
 // [offload] device = "cpu": the SuperOffload optimizer (speculation per [offload] speculation;
 // none without super_offload), on
 // cpuadam_cores_perc of the rank's bound cores; "none": AdamW over the shards on the device.
@@ -122,12 +136,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
   optim::OffloadSettings s{.adamw = adamw,
                            .sub_group_size = cfg.zero.sub_group_size,
                            .ratio = cfg.offload.ratio,
-                           .speculation = !cfg.offload.super_offload ? optim::Speculation::never
-                                          : cfg.offload.speculation == config::Speculation::always
-                                              ? optim::Speculation::always
-                                          : cfg.offload.speculation == config::Speculation::never
-                                              ? optim::Speculation::never
-                                              : optim::Speculation::automatic,
+                           .speculation = speculation_of(cfg.offload),
                            .threads = count,
                            .pin_memory = cfg.offload.pin_memory,
                            .bf16_moments = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16};
