@@ -77,6 +77,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "base/timer.hpp"
+#include "bench_common.hpp"
 #include "optim/cpu_adamw.hpp"
 #include "optim/thread_pool.hpp"
 
@@ -101,30 +102,13 @@ double available_bytes() {
   return 0;
 }
 
-// "AMD EPYC 7B13", "Intel(R) Xeon(R) Platinum 8481C", or on Arm the implementer and part.
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, implementer, part;
-  auto value = [](const std::string& l) { return l.substr(l.find(':') + 2); };
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) return value(line);
-    if (line.rfind("CPU implementer", 0) == 0) implementer = value(line);
-    if (line.rfind("CPU part", 0) == 0) part = value(line);
-  }
-  return implementer.empty() ? "unknown CPU" : "Arm implementer " + implementer + " part " + part;
-}
-
 struct Row {
   std::string name;
   double bytes_per_param;  // what the row moves (its bound counts the same bytes)
   std::function<void()> run;
   std::vector<double> seconds;
   double best() const { return *std::min_element(seconds.begin(), seconds.end()); }
-  double median() const {
-    auto s = seconds;
-    std::nth_element(s.begin(), s.begin() + static_cast<long>(s.size() / 2), s.end());
-    return s[s.size() / 2];
-  }
+  double median() const { return bench::median(seconds); }
 };
 
 }  // namespace
@@ -155,7 +139,7 @@ int main(int argc, char** argv) {
   if (static_cast<int>(cpus.size()) > threads) cpus.resize(static_cast<size_t>(threads));
   o::ThreadPool pool(static_cast<size_t>(threads), cpus);
   at::set_num_threads(threads);
-  std::printf("bench_cpu_adamw: %s, kernel target %s\n", cpu_model().c_str(), o::adamw_target().c_str());
+  std::printf("bench_cpu_adamw: %s, kernel target %s\n", bench::cpu_model().c_str(), o::adamw_target().c_str());
   std::printf("  %lld parameters, %d thread(s) pinned to CPUs", static_cast<long long>(params), threads);
   for (int c : cpus) std::printf(" %d", c);
   std::printf(", %d interleaved rounds\n", rounds);
@@ -281,8 +265,7 @@ int main(int argc, char** argv) {
     if (!o) return std::nan("");
     std::vector<double> within;
     for (size_t r = 0; r < ours.seconds.size(); ++r) within.push_back(o->seconds[r] / ours.seconds[r]);
-    std::nth_element(within.begin(), within.begin() + static_cast<long>(within.size() / 2), within.end());
-    return within[within.size() / 2];
+    return bench::median(within);
   };
   auto median_ns = [&](const Row& row) { return row.median() / static_cast<double>(params) * 1e9; };
   const Row& f32 = *find("superoffload AdamW, fp32");

@@ -90,14 +90,21 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   // The first 1 − ratio of the sub-groups in parameter order go to the device.
   const auto on_device = static_cast<size_t>(std::floor((1.0 - s_.ratio) * static_cast<double>(groups_.size()) + 1e-9));
   const auto device = layers.empty() ? at::Device(at::kCPU) : layers[0].device();
-  // What the CPU sub-groups keep in host memory: master, moments, gradient, bf16 copy.
-  const int64_t bytes_per_element = 8 + (s_.bf16_moments ? 4 : 8) + (bf16_ ? 2 : 0);
+  // On a CPU run the engine's memory is host memory: the CPU sub-groups read the gradient
+  // shard where the engine reduced it and write the updated weights straight into the
+  // engine's shard (the master itself in fp32, the bf16 copy in bf16). Nothing is copied.
+  shares_engine_memory_ = device.is_cpu();
+  const bool master_is_shard = shares_engine_memory_ && !layers.empty() && layers[0].compute_dtype() == at::kFloat;
+  // What the CPU sub-groups keep in host memory of their own: master, moments, gradient, bf16 copy.
+  const int64_t bytes_per_element =
+      (master_is_shard ? 0 : 4) + (s_.bf16_moments ? 4 : 8) + (shares_engine_memory_ ? 0 : 4 + (bf16_ ? 2 : 0));
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = groups_[i];
     g.on_cpu = i >= on_device;
+    auto engine_view = [&](const at::Tensor& t) { return t.narrow(0, g.begin, g.end - g.begin); };
     if (g.on_cpu) {
       auto place = [&](const at::Tensor& values, at::ScalarType type) {
         auto t = host_memory_->empty(values.sizes(), type);
@@ -105,13 +112,17 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
         return t;
       };
       const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
-      g.master = place(g.master, at::kFloat);
+      g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : place(g.master, at::kFloat);
       g.exp_avg = place(g.exp_avg, moments);
       g.exp_avg_sq = place(g.exp_avg_sq, moments);
-      g.grad = host_memory_->empty(g.master.sizes(), at::kFloat);
-      if (bf16_) g.bf16 = host_memory_->empty(g.master.sizes(), at::kBFloat16);
+      g.grad = shares_engine_memory_ ? engine_view(layers[g.layer].grad_shard())
+                                     : host_memory_->empty(g.master.sizes(), at::kFloat);
+      if (bf16_) {
+        g.bf16 = shares_engine_memory_ ? engine_view(layers[g.layer].shard())
+                                       : host_memory_->empty(g.master.sizes(), at::kBFloat16);
+      }
     } else {
-      g.master = g.master.to(device);
+      g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : g.master.to(device);
       g.exp_avg = g.exp_avg.to(device);
       g.exp_avg_sq = g.exp_avg_sq.to(device);
     }
@@ -213,7 +224,8 @@ void OffloadOptimizer::gradient_ready(size_t layer) {
       auto& g = groups_[i];
       if (!g.on_cpu) continue;
       // fp32 already (the engine reduces in fp32); on a GPU this is the device-to-host copy.
-      g.grad.copy_(shard_grad.narrow(0, g.begin, g.end - g.begin));
+      // On a CPU run g.grad is the engine's shard itself.
+      if (!shares_engine_memory_) g.grad.copy_(shard_grad.narrow(0, g.begin, g.end - g.begin));
       queued.push_back(i);
     }
   }
@@ -324,6 +336,19 @@ void OffloadOptimizer::upload() {
   ScopedTime timed(times_.h2d_s);
   auto& layers = engine_.layers();
   for (size_t l = 0; l < layers.size(); ++l) {
+    if (shares_engine_memory_) {
+      // CPU run: what was not written into the shard in place (bf16 runs: the sub-groups
+      // stepped by LibTorch's fused AdamW) is copied into it.
+      auto shard = layers[l].shard();
+      for (size_t i : groups_of_layer_[l]) {
+        const auto& g = groups_[i];
+        const auto& source = g.on_cpu && bf16_ ? g.bf16 : g.master;
+        auto target = shard.narrow(0, g.begin, g.end - g.begin);
+        if (source.data_ptr() != target.data_ptr()) target.copy_(source);
+      }
+      layers[l].shard_updated();
+      continue;
+    }
     std::vector<at::Tensor> parts;
     for (size_t i : groups_of_layer_[l]) {
       const auto& g = groups_[i];

@@ -88,8 +88,10 @@ class OffloadOptimizer final : public Optimizer {
     bool on_cpu;
     std::vector<Piece> pieces;
     at::Tensor master, exp_avg, exp_avg_sq;  // [end - begin]; host for CPU sub-groups; moments fp32 or bf16
-    at::Tensor grad;                         // host copy of this step's gradient (CPU sub-groups)
-    at::Tensor bf16;                         // updated weights in bf16 (CPU sub-groups, bf16 runs)
+    at::Tensor grad;                         // host copy of this step's gradient (CPU sub-groups; on a
+                                             // CPU run a view of the engine's gradient shard)
+    at::Tensor bf16;                         // updated weights in bf16 (CPU sub-groups, bf16 runs; on
+                                             // a CPU run a view of the engine's shard)
     int64_t steps = 0;
     bool speculated = false;
     double finished_at = 0;
@@ -118,6 +120,7 @@ class OffloadOptimizer final : public Optimizer {
   double lr_ = 0;
   OptimizerTimes times_;
   bool bf16_ = false;
+  bool shares_engine_memory_ = false;  // CPU run: gradients and weights are the engine's tensors
 
   // The speculation worker: steps queued sub-groups in order.
   std::thread worker_;

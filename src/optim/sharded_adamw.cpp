@@ -12,14 +12,21 @@ namespace superoffload::optim {
 ShardedAdamW::ShardedAdamW(zero::ZeroEngine& engine, AdamWSettings settings) : engine_(engine), s_(settings) {
   const int rank = engine_.comm().rank();
   for (auto& layer : engine_.layers()) {
-    master_.push_back(layer.shard_fp32().clone());  // on the engine's device, like the shards
+    // fp32 compute: the shard is the master copy (on the engine's device, like the shards).
+    master_.push_back(layer.compute_dtype() == at::kFloat ? layer.shard() : layer.shard_fp32().clone());
     exp_avg_.push_back(at::zeros_like(master_.back()));
     exp_avg_sq_.push_back(at::zeros_like(master_.back()));
-    auto mask = at::zeros(master_.back().sizes(), master_.back().options().dtype(at::kBool));
+    Pieces decayed, plain;
     for (const auto& piece : layer.layout().pieces(rank)) {
-      if (layer.layout().parameters()[piece.parameter].weight_decay) mask.narrow(0, piece.shard_offset, piece.length).fill_(true);
+      auto& into = layer.layout().parameters()[piece.parameter].weight_decay ? decayed : plain;
+      auto view = [&](const at::Tensor& t) { return t.narrow(0, piece.shard_offset, piece.length); };
+      into.master.push_back(view(master_.back()));
+      into.exp_avg.push_back(view(exp_avg_.back()));
+      into.exp_avg_sq.push_back(view(exp_avg_sq_.back()));
+      into.ranges.emplace_back(piece.shard_offset, piece.length);
     }
-    decay_mask_.push_back(mask);
+    decayed_.push_back(std::move(decayed));
+    plain_.push_back(std::move(plain));
   }
 }
 
@@ -62,22 +69,24 @@ StepOutcome ShardedAdamW::finish_step() {
   }
   torch::NoGradGuard no_grad;
   ++steps_;
-  const double lr = lr_;
-  const double bias_correction1 = 1 - std::pow(s_.beta1, static_cast<double>(steps_));
-  const double bias_correction2 = 1 - std::pow(s_.beta2, static_cast<double>(steps_));
   for (size_t i = 0; i < layers.size(); ++i) {
-    auto& p = master_[i];
-    auto grad = layers[i].grad_shard();
-    if (s_.decoupled) {
-      p.mul_(at::where(decay_mask_[i], at::scalar_tensor(1 - lr * s_.weight_decay), at::scalar_tensor(1.0)));
-    } else if (s_.weight_decay != 0) {
-      grad = grad.add(p * at::where(decay_mask_[i], at::scalar_tensor(s_.weight_decay), at::scalar_tensor(0.0)));
+    const auto& grad = layers[i].grad_shard();
+    auto step = at::full({}, static_cast<double>(steps_), master_[i].options());
+    for (const auto* pieces : {&decayed_[i], &plain_[i]}) {
+      if (pieces->master.empty()) continue;
+      std::vector<at::Tensor> grads;
+      for (const auto& [offset, length] : pieces->ranges) grads.push_back(grad.narrow(0, offset, length));
+      const std::vector<at::Tensor> steps(pieces->master.size(), step);  // read, not advanced, by the kernel
+      const double decay = pieces == &decayed_[i] ? s_.weight_decay : 0.0;
+      if (s_.decoupled) {
+        at::_fused_adamw_(pieces->master, grads, pieces->exp_avg, pieces->exp_avg_sq, {}, steps, lr_, s_.beta1,
+                          s_.beta2, decay, s_.eps, false, false);
+      } else {
+        at::_fused_adam_(pieces->master, grads, pieces->exp_avg, pieces->exp_avg_sq, {}, steps, lr_, s_.beta1,
+                         s_.beta2, decay, s_.eps, false, false);
+      }
     }
-    exp_avg_[i].mul_(s_.beta1).add_(grad, 1 - s_.beta1);
-    exp_avg_sq_[i].mul_(s_.beta2).addcmul_(grad, grad, 1 - s_.beta2);
-    const auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias_correction2)).add_(s_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bias_correction1);
-    layers[i].set_shard(p);
+    layers[i].set_shard(master_[i]);
   }
   return outcome;
 }

@@ -1,8 +1,9 @@
 // The plain optimizer over ZeRO shards: fp32 master weights, exp_avg and exp_avg_sq per
 // layer shard, on the engine's device (DeepSpeed's offload_optimizer device "none"), stepped
-// after backward with LibTorch operations in the order torch::optim::AdamW uses, then
-// written back to the shards in the compute dtype. It is also the reference the offloaded,
-// speculative optimizer is checked against.
+// after backward with LibTorch's fused AdamW (at::_fused_adamw_; at::_fused_adam_ for Adam
+// with L2 decay), then written back to the shards in the compute dtype. In fp32 the master
+// weights are the engine's shards themselves (nothing to copy back). The parity tests hold
+// it to torch::optim::AdamW; it is in turn the reference of the offloaded optimizer.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,7 +30,13 @@ class ShardedAdamW final : public Optimizer {
  private:
   zero::ZeroEngine& engine_;
   AdamWSettings s_;
-  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, decay_mask_;
+  // The shard's pieces with and without weight decay, as views of each state tensor.
+  struct Pieces {
+    std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // (offset, length) in the shard
+  };
+  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_;
+  std::vector<Pieces> decayed_, plain_;  // per layer
   int64_t steps_ = 0;
   double lr_ = 0;
   OptimizerTimes times_;

@@ -1,6 +1,7 @@
 // ZeroEngine.
 #include "zero/engine.hpp"
 
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -13,6 +14,24 @@
 namespace superoffload::zero {
 using base::now_s;
 using base::ScopedTime;
+
+namespace {
+
+// Sum of squares of an fp32 tensor, accumulated in fp64. On the CPU one pass over the data on
+// LibTorch's threads (no fp64 copy); not finite when an element is not.
+double squared_norm(const at::Tensor& t) {
+  if (!t.device().is_cpu()) return t.to(at::kDouble).pow(2).sum().item<double>();
+  const float* data = t.const_data_ptr<float>();
+  return at::parallel_reduce(
+      int64_t{0}, t.numel(), int64_t{1} << 16, 0.0,
+      [&](int64_t begin, int64_t end, double sum) {
+        for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+        return sum;
+      },
+      [](double a, double b) { return a + b; });
+}
+
+}  // namespace
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
                        const std::function<void(size_t)>& materialize)
@@ -40,7 +59,8 @@ void ZeroEngine::account() {
   memory_.live_numel = 0;
   for (const auto& l : layers_) {
     memory_.shard_numel += l.layout().shard_numel();
-    if (l.live() || l.gathering()) memory_.live_numel += l.layout().padded_numel();
+    // A layer gathered in place (one rank) occupies no memory besides its shard.
+    if ((l.live() && !l.gathers_in_place()) || l.gathering()) memory_.live_numel += l.layout().padded_numel();
   }
   memory_.peak_live_numel = std::max(memory_.peak_live_numel, memory_.live_numel);
   memory_.peak_resident_numel = std::max(memory_.peak_resident_numel, memory_.shard_numel + memory_.live_numel);
@@ -81,7 +101,7 @@ void ZeroEngine::zero_grad() {
 
 double ZeroEngine::global_grad_norm() {
   double squares = 0;
-  for (auto& layer : layers_) squares += layer.grad_shard().to(at::kDouble).pow(2).sum().item<double>();
+  for (auto& layer : layers_) squares += squared_norm(layer.grad_shard());
   comm_.all_reduce_host(&squares, 1, comm::ReduceOp::sum);
   return std::sqrt(squares);
 }
@@ -136,7 +156,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   result.tokens = loss.tokens;
   {
     ScopedTime timed(times_.reduce_s);
-    layers_[head].reduce_gradients();
+    times_.reduce_wait_s += layers_[head].reduce_gradients();
   }
   if (last_micro_batch && gradient_ready_) gradient_ready_(head);
   release(head);
@@ -168,7 +188,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     times_.backward_s += now_s() - backward_start;
     {
       ScopedTime timed(times_.reduce_s);
-      layers_[i].reduce_gradients();
+      times_.reduce_wait_s += layers_[i].reduce_gradients();
     }
     if (last_micro_batch && gradient_ready_) gradient_ready_(i);
     release(i);

@@ -21,6 +21,7 @@ struct PhaseTimes {
   double backward_s = 0;     // recompute + backward
   double gather_wait_s = 0;  // blocked waiting for all-gathers
   double reduce_s = 0;       // gradient flattening and reduce-scatter
+  double reduce_wait_s = 0;  // of which blocked waiting for the reduce-scatter (communication)
 };
 
 }  // namespace superoffload::zero

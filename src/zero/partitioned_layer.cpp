@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "base/error.hpp"
+#include "base/timer.hpp"
 
 namespace superoffload::zero {
 
@@ -57,6 +58,11 @@ void PartitionedLayer::unbind() {
 
 void PartitionedLayer::gather_async() {
   if (live() || gathering()) return;
+  if (gathers_in_place()) {  // one rank: the shard is the whole layer
+    gathered_ = device_shard_;
+    bind_views();
+    return;
+  }
   auto buffer = at::empty({layout_.padded_numel()}, options_);
   pending_ = comm_.all_gather(device_shard_.data_ptr(), buffer.data_ptr(), static_cast<size_t>(layout_.shard_numel()),
                               comm_type(options_.dtype().toScalarType()));
@@ -66,6 +72,7 @@ void PartitionedLayer::gather_async() {
 void PartitionedLayer::wait_gathered() {
   if (live()) return;
   if (!gathering()) gather_async();
+  if (live()) return;  // gathered in place
   pending_->wait();
   pending_.reset();
   gathered_ = std::move(gathering_buffer_);
@@ -80,34 +87,82 @@ void PartitionedLayer::release() {
 
 void PartitionedLayer::set_shard(const at::Tensor& values) {
   torch::NoGradGuard no_grad;
-  device_shard_.copy_(values);
-  if (live()) {
-    // Keep the gathered copy current: gather the new shards of every rank.
-    gathered_ = at::Tensor();
-    gather_async();
-    wait_gathered();
+  // An optimizer whose state is the shard itself has nothing to copy.
+  if (values.data_ptr() != device_shard_.data_ptr() || values.scalar_type() != device_shard_.scalar_type()) {
+    device_shard_.copy_(values);
   }
+  shard_updated();
 }
 
-void PartitionedLayer::reduce_gradients() {
+void PartitionedLayer::shard_updated() {
+  if (!live() || gathers_in_place()) return;  // views of the shard see the new values already
+  // Keep the gathered copy current: gather the new shards of every rank.
+  gathered_ = at::Tensor();
+  gather_async();
+  wait_gathered();
+}
+
+double PartitionedLayer::reduce_gradients() {
   torch::NoGradGuard no_grad;
-  auto flat = at::zeros({layout_.padded_numel()}, options_.dtype(at::kFloat));
+  const bool first = grad_stale_;  // the first micro-batch since zero_grad_shard() writes, later ones add
+  grad_stale_ = false;
+  if (comm_.size() == 1) {
+    // One rank: the shard is the gradient. One pass per gradient, no collective.
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const auto& slot = layout_.parameters()[i];
+      auto target = grad_shard_.narrow(0, slot.offset, slot.numel);
+      auto& grad = parameters_[i].mutable_grad();
+      if (!grad.defined()) {  // e.g. an expert no token was routed to
+        if (first) target.zero_();
+        continue;
+      }
+      if (first) {
+        target.copy_(grad.reshape({-1}));
+      } else {
+        target.add_(grad.reshape({-1}));
+      }
+      grad = at::Tensor();
+    }
+    return 0;
+  }
+  // Flatten into the collective's send buffer: every element is written once (gradients,
+  // zeros where a parameter got none, padding).
+  auto flat = at::empty({layout_.padded_numel()}, options_.dtype(at::kFloat));
+  int64_t written = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    auto& grad = parameters_[i].mutable_grad();
-    if (!grad.defined()) continue;  // e.g. an expert no token was routed to
     const auto& slot = layout_.parameters()[i];
-    flat.narrow(0, slot.offset, slot.numel).copy_(grad.reshape({-1}));
+    auto target = flat.narrow(0, slot.offset, slot.numel);
+    if (slot.offset > written) flat.narrow(0, written, slot.offset - written).zero_();
+    written = slot.offset + slot.numel;
+    auto& grad = parameters_[i].mutable_grad();
+    if (!grad.defined()) {
+      target.zero_();
+      continue;
+    }
+    target.copy_(grad.reshape({-1}));
     grad = at::Tensor();
   }
-  auto mine = at::empty({layout_.shard_numel()}, flat.options());
-  comm_.reduce_scatter(flat.data_ptr(), mine.data_ptr(), static_cast<size_t>(layout_.shard_numel()),
-                       comm::DataType::f32, comm::ReduceOp::sum)
-      ->wait();
-  grad_shard_.add_(mine);
+  if (layout_.padded_numel() > written) flat.narrow(0, written, layout_.padded_numel() - written).zero_();
+  // Later micro-batches: add the accumulated shard into this rank's own part of the send
+  // buffer, so that the collective writes the new sum straight into the shard.
+  if (!first) flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).add_(grad_shard_);
+  auto work = comm_.reduce_scatter(flat.data_ptr(), grad_shard_.data_ptr(), static_cast<size_t>(layout_.shard_numel()),
+                                   comm::DataType::f32, comm::ReduceOp::sum);
+  const double wait_start = base::now_s();
+  work->wait();
+  return base::now_s() - wait_start;
+}
+
+at::Tensor& PartitionedLayer::grad_shard() {
+  if (grad_stale_) {
+    grad_shard_.zero_();
+    grad_stale_ = false;
+  }
+  return grad_shard_;
 }
 
 int64_t PartitionedLayer::resident_numel() const {
-  return layout_.shard_numel() + (live() ? layout_.padded_numel() : 0) +
+  return layout_.shard_numel() + (live() && !gathers_in_place() ? layout_.padded_numel() : 0) +
          (gathering() ? layout_.padded_numel() : 0);
 }
 

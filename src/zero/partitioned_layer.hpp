@@ -1,6 +1,10 @@
 // One layer under ZeRO-3: this rank's shard of its flat parameters on the device, the
 // gathered full buffer while the layer runs (its parameters are views into it), and this
 // rank's fp32 gradient shard, accumulated over micro-batches.
+//
+// With one rank nothing is communicated or staged: the shard is the gathered buffer (the
+// parameters are views of it) and gradients go straight into the gradient shard. An
+// optimizer may keep its state in the shard itself (shard(), then shard_updated()).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -31,8 +35,16 @@ class PartitionedLayer {
 
   // This rank's fp32 values of its shard (for the optimizer's master copy).
   at::Tensor shard_fp32() const { return device_shard_.to(at::kFloat); }
+  // This rank's shard itself, [shard] in the compute dtype on the device: an optimizer that
+  // writes its updated weights here calls shard_updated() after the step.
+  at::Tensor shard() const { return device_shard_; }
   // Replaces this rank's shard (after an optimizer step); a live layer is updated too.
+  // `values` may be shard() itself (nothing is copied).
   void set_shard(const at::Tensor& values);
+  // After shard() was written in place: a live layer that holds a gathered copy gathers again.
+  void shard_updated();
+  // One rank: gathering is binding the parameters to the shard (no buffer, no collective).
+  bool gathers_in_place() const { return comm_.size() == 1; }
 
   void gather_async();   // starts the all-gather (no-op when live or already gathering)
   void wait_gathered();  // completes it and binds the parameters to views of the buffer
@@ -40,9 +52,13 @@ class PartitionedLayer {
 
   // Flattens the parameters' gradients (fp32, zero where a parameter got none), reduce-
   // scatters them (sum) and adds this rank's part to grad_shard(); clears the gradients.
-  void reduce_gradients();
-  at::Tensor& grad_shard() { return grad_shard_; }
-  void zero_grad_shard() { grad_shard_.zero_(); }
+  // Returns the seconds spent blocked on the collective.
+  double reduce_gradients();
+  // The accumulated gradient shard [shard] fp32 (its storage never changes).
+  at::Tensor& grad_shard();
+  // The next reduce_gradients() overwrites the shard instead of adding to it (no zeroing pass;
+  // grad_shard() zeroes it if read before).
+  void zero_grad_shard() { grad_stale_ = true; }
 
   // Elements this rank holds on the device now: its shard, plus the gathered buffer if live.
   int64_t resident_numel() const;
@@ -59,6 +75,7 @@ class PartitionedLayer {
   at::Tensor gathered_;                 // [padded] compute dtype, while live
   at::Tensor gathering_buffer_;         // the buffer an all-gather in flight writes
   at::Tensor grad_shard_;               // [shard] fp32
+  bool grad_stale_ = true;              // grad_shard_ holds an earlier step's values: overwrite
   std::unique_ptr<comm::Work> pending_;
   bool persistent_;
   at::TensorOptions options_;
