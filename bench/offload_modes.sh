@@ -42,7 +42,7 @@ mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step
     --set model.path="$work" --set data.path="$work/corpus.jsonl" --set data.seq_len="$seq" \
     --set training.train_micro_batch_size_per_gpu="$micro" --set training.gradient_clipping="$clip" \
     --set precision.bf16="$bf16" --set training.output_dir="$work/$name" --set checkpoint.every_steps=0 \
-    --set checkpoint.save_on_exit=false --set training.warmup_steps=2 --set training.bench_steps="$steps" \
+    --set checkpoint.save_on_exit=false --set training.timing_warmup_steps=2 --set training.bench_steps="$steps" \
     --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true "$@" > "$work/$name.log" 2>&1 ||
     { echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
   grep "time breakdown" "$work/$name.log" | tail -1 | sed "s/.*time breakdown/  $name: last step breakdown/" >&2

@@ -61,7 +61,12 @@ def main():
     top.plot(step, train["tokens_per_s"])
     top.set_ylabel("tokens/s")
     top.set_title("Throughput")
-    bottom.plot(step, train["tflops"], color="tab:orange")
+    if "model_tflops_per_device" in train:
+        bottom.plot(step, train["model_tflops_per_device"], color="tab:orange", label="model (MFU)")
+        bottom.plot(step, train["hardware_tflops_per_device"], color="tab:green", label="hardware (HFU)")
+        bottom.legend()
+    else:  # metrics written before the split: the hardware figure
+        bottom.plot(step, train["tflops"], color="tab:orange")
     bottom.set_ylabel("TFLOPS per device")
     bottom.set_xlabel("step")
     save(fig, "throughput.png")

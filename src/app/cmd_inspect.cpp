@@ -36,8 +36,10 @@ void inspect_metrics(const fs::path& path) {
     std::printf("  no steps recorded yet\n");
     return;
   }
+  // Files written before model and hardware FLOPs were told apart hold the hardware figure, as "tflops".
+  const bool model_flops = file.has("train/model_tflops_per_device");
   const auto loss = series("loss"), step_time = series("step_time_s"), tokens = series("tokens_per_s"),
-             tflops = series("tflops"), skipped = series("skipped");
+             tflops = series(model_flops ? "model_tflops_per_device" : "tflops"), skipped = series("skipped");
   auto total = [&](const char* name) {  // 0 for series older files do not have
     if (!file.has(std::string("train/") + name)) return 0.0;
     const auto v = series(name);
@@ -48,16 +50,22 @@ void inspect_metrics(const fs::path& path) {
   std::printf("  steps       %.0f to %.0f (%zu rows)\n", steps.front(), steps.back(), steps.size());
   std::printf("  loss        first %.4f, last %.4f, min %.4f\n", loss.front(), loss.back(),
               *std::min_element(loss.begin(), loss.end()));
-  std::printf("  throughput  mean step %.1f ms, %.0f tokens/s, %.3f TFLOPS per device (steps after the first)\n",
-              1000 * mean(step_time, from), mean(tokens, from), mean(tflops, from));
+  std::printf("  throughput  mean step %.1f ms, %.0f tokens/s, %.3g TFLOPS per device (%s FLOPs; steps after the first)\n",
+              1000 * mean(step_time, from), mean(tokens, from), mean(tflops, from), model_flops ? "model" : "hardware");
+  if (model_flops) {
+    const auto mfu = series("mfu"), hfu = series("hfu");
+    std::printf("              %.3g TFLOPS per device with recomputation (hardware)", mean(series("hardware_tflops_per_device"), from));
+    if (mean(mfu, from) > 0) std::printf(", MFU %.1f%%, HFU %.1f%%", 100 * mean(mfu, from), 100 * mean(hfu, from));
+    std::printf("\n");
+  }
   std::printf("  optimizer   %.0f skipped steps; CPU sub-group steps: %.0f speculated (%.0f committed, %.0f replayed, "
               "%.0f undone), %.0f stepped late\n",
               std::accumulate(skipped.begin(), skipped.end(), 0.0), total("speculated"), total("committed"),
               total("replayed"), total("undone"), total("stepped_late"));
   std::printf("  phases (mean s per step):");
-  for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "d2h_s", "cpu_step_s", "device_step_s",
-                            "h2d_s", "optimizer_wait_s", "rollback_s"}) {
-    std::printf(" %s %.4f", phase, mean(series(phase), from));
+  for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "reduce_wait_s", "d2h_s", "cpu_step_s",
+                            "device_step_s", "h2d_s", "optimizer_wait_s", "rollback_s"}) {
+    if (file.has(std::string("train/") + phase)) std::printf(" %s %.4f", phase, mean(series(phase), from));
   }
   std::printf("\n  memory      host peak RSS %.1f MB (rank 0)\n", series("host_peak_rss_bytes").back() / 1e6);
   if (file.has("ranks/step_time_s")) {

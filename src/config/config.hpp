@@ -42,7 +42,7 @@ struct TrainingConfig {
   double gradient_clipping = 1.0;
   std::int64_t max_steps = 0;
   std::int64_t epochs = 1;
-  std::int64_t warmup_steps = 0;
+  std::int64_t timing_warmup_steps = 0;
   std::int64_t bench_steps = 0;
   std::int64_t seed = 42;
   bool activation_checkpointing = true;

@@ -102,6 +102,25 @@ struct Setting {
   std::string origin;
 };
 
+// Keys renamed in a later release: the old name still loads, with a warning.
+struct RenamedKey {
+  const char* section;
+  const char* old_key;
+  const char* new_key;
+  const char* why;
+};
+constexpr RenamedKey kRenamedKeys[] = {
+    {"training", "warmup_steps", "timing_warmup_steps",
+     "it counts steps left out of the timing summary, not learning-rate warm-up ([lr_schedule] warmup_num_steps)"},
+};
+
+const RenamedKey* renamed_key(const std::string& section, const std::string& key) {
+  for (const auto& r : kRenamedKeys) {
+    if (section == r.section && key == r.old_key) return &r;
+  }
+  return nullptr;
+}
+
 class Loader {
  public:
   // Reads one source: a table of [section] tables. `origin_of` names a node's origin when
@@ -128,9 +147,19 @@ class Loader {
         continue;
       }
       for (const auto& [key_name, value] : *section_table) {
-        const std::string key(key_name.str());
-        const std::string dotted = section + "." + key;
+        std::string key(key_name.str());
         std::string origin = location(value, source_name);
+        if (const auto* renamed = renamed_key(section, key)) {
+          if (section_table->contains(renamed->new_key)) {
+            problems_.push_back("[" + section + "] " + key + " at " + origin + " is the old name of " + renamed->new_key +
+                                ", which is set too — keep only " + renamed->new_key);
+            continue;
+          }
+          warnings_.push_back("[" + section + "] " + key + " (" + origin + ") is deprecated: it is now " +
+                              renamed->new_key + ", because " + renamed->why + " — rename it");
+          key = renamed->new_key;
+        }
+        const std::string dotted = section + "." + key;
         if (auto it = known_origins.find(dotted); it != known_origins.end()) origin = it->second;
         const Field* field = find_field(section, key);
         if (!field) {
@@ -171,6 +200,7 @@ class Loader {
         }
       }
     }
+    out.warnings = warnings_;
     if (problems_.empty()) cross_checks(out, world_size);
     if (!problems_.empty()) throw ConfigError(problems_);
     return out;
@@ -235,6 +265,7 @@ class Loader {
 
   std::map<std::string, Setting> settings_;
   std::vector<std::string> problems_;
+  std::vector<std::string> warnings_;
 };
 
 std::string join_lines(const std::vector<std::string>& lines) {

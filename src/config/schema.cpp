@@ -108,11 +108,12 @@ std::vector<Section> build_schema() {
         .at_least(0);
     b.add("max_steps", &TrainingConfig::max_steps, "Optimizer steps to run; 0: run `epochs` epochs.").at_least(0);
     b.add("epochs", &TrainingConfig::epochs, "Epochs to run when max_steps is 0.").at_least(0);
-    b.add("warmup_steps", &TrainingConfig::warmup_steps,
-          "First steps left out of the timing summary (compilation, allocator warm-up).")
+    b.add("timing_warmup_steps", &TrainingConfig::timing_warmup_steps,
+          "First steps left out of the timing summary (allocator and cache warm-up); not learning-rate warm-up, "
+          "which is [lr_schedule] warmup_num_steps. Formerly warmup_steps.")
         .at_least(0);
     b.add("bench_steps", &TrainingConfig::bench_steps,
-          "Stop after warmup_steps + bench_steps steps and print the timing summary; 0: off.")
+          "Stop after timing_warmup_steps + bench_steps steps and print the timing summary; 0: off.")
         .at_least(0);
     b.add("seed", &TrainingConfig::seed, "Seed for initialisation, shuffling and dropout.").at_least(0);
     b.add("activation_checkpointing", &TrainingConfig::activation_checkpointing,

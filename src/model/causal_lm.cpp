@@ -89,14 +89,6 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
   }
 }
 
-double CausalLM::flops_per_token(int64_t seq_len, bool activation_checkpointing) const {
-  const auto s = shape();
-  const double c = activation_checkpointing ? 4.0 : 3.0;
-  return c * (2.0 * static_cast<double>(s.active_parameters) +
-              4.0 * static_cast<double>(s.num_layers) * static_cast<double>(s.hidden_size) *
-                  static_cast<double>(seq_len));
-}
-
 int64_t CausalLM::parameter_count(const std::string& name_part) const {
   int64_t count = 0;
   for (const auto& layer : layers()) {

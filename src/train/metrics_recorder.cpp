@@ -34,9 +34,14 @@ const Column kTrainColumns[] = {
     {"lr", [](const StepRecord& r) { return r.lr; }},
     {"grad_norm", [](const StepRecord& r) { return r.grad_norm; }},
     {"step_time_s", [](const StepRecord& r) { return r.step_time_s; }},
-    {"tokens_per_s", [](const StepRecord& r) { return r.tokens_per_s; }},
-    {"tflops", [](const StepRecord& r) { return r.tflops; }},
-    {"mfu", [](const StepRecord& r) { return r.mfu; }},
+    // Throughput (train/throughput.hpp): tokens processed, model FLOPs (no recomputation; MFU)
+    // and hardware FLOPs (with recomputation; HFU, the SuperOffload examples' TFLOPS).
+    {"tokens_per_s", [](const StepRecord& r) { return r.throughput.tokens_per_s; }},
+    {"tokens_per_s_per_device", [](const StepRecord& r) { return r.throughput.tokens_per_s_per_device; }},
+    {"model_tflops_per_device", [](const StepRecord& r) { return r.throughput.model_tflops_per_device; }},
+    {"hardware_tflops_per_device", [](const StepRecord& r) { return r.throughput.hardware_tflops_per_device; }},
+    {"mfu", [](const StepRecord& r) { return r.throughput.mfu; }},
+    {"hfu", [](const StepRecord& r) { return r.throughput.hfu; }},
     {"skipped", [](const StepRecord& r) { return r.skipped ? 1.0 : 0.0; }},
     // SuperOffload's CPU sub-groups, summed over ranks (see optim::SpeculationCounts).
     {"speculated", [](const StepRecord& r) { return static_cast<double>(r.speculation.speculated); }},
@@ -48,6 +53,7 @@ const Column kTrainColumns[] = {
     {"backward_s", [](const StepRecord& r) { return r.engine.backward_s; }},
     {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
     {"reduce_s", [](const StepRecord& r) { return r.engine.reduce_s; }},
+    {"reduce_wait_s", [](const StepRecord& r) { return r.engine.reduce_wait_s; }},
     {"d2h_s", [](const StepRecord& r) { return r.optimizer.d2h_s; }},
     {"cpu_step_s", [](const StepRecord& r) { return r.optimizer.cpu_step_s; }},
     {"device_step_s", [](const StepRecord& r) { return r.optimizer.device_step_s; }},

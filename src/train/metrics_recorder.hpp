@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "optim/step_outcome.hpp"
+#include "train/throughput.hpp"
 #include "zero/engine_stats.hpp"
 
 namespace superoffload::io {
@@ -22,7 +23,8 @@ namespace superoffload::train {
 
 struct StepRecord {
   int64_t step = 0;  // 1-based: the step just completed
-  double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0;
+  Throughput throughput;
   bool skipped = false;
   optim::SpeculationCounts speculation;  // this rank's; /train holds the sums over ranks
   zero::PhaseTimes engine;

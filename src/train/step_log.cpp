@@ -1,7 +1,9 @@
 // Step log formatting.
 #include "train/step_log.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace superoffload::train {
@@ -18,23 +20,30 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
+std::string format_significant(double value, int significant) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*g", significant, value);
+  if (std::strchr(text, 'e') && std::abs(value) >= 1 && std::abs(value) < 1e15) {
+    std::snprintf(text, sizeof text, "%.0f", value);  // large values: all integer digits
+  }
+  return text;
+}
+
 std::string format_step_line(const StepLine& l) {
   std::ostringstream line;
-  line.setf(std::ios::fixed);
-  line.precision(4);
-  line << "Step " << l.step << "/" << l.total_steps << " | Loss " << l.loss;
+  const auto& t = l.throughput;
+  line << "Step " << l.step << "/" << l.total_steps << " | Loss " << format_significant(l.loss, 6);
   line.precision(3);
   line << std::scientific << " | LR " << l.lr << std::fixed << " | Grad norm " << l.grad_norm;
   line.precision(0);
   line << " | Time " << l.step_s * 1000 << " ms";
-  line.precision(2);
-  line << " | TFLOPS " << l.tflops;
-  line.precision(0);
-  line << " | Tokens/s " << l.tokens_per_s;
-  if (l.peak_tflops > 0) {
-    line.precision(1);
-    line << " | MFU " << 100 * l.tflops / l.peak_tflops << "%";
-  }
+  line << " | Tokens/s " << format_significant(t.tokens_per_s, 3) << " (" << format_significant(t.tokens_per_s_per_device, 3)
+       << " per device)";
+  line << " | TFLOPS " << format_significant(t.model_tflops_per_device, 3) << " per device, "
+       << format_significant(t.model_tflops, 3) << " job";
+  line.precision(1);
+  if (t.mfu > 0) line << " | MFU " << 100 * t.mfu << "%";
+  if (t.hfu > 0) line << " | HFU " << 100 * t.hfu << "%";
   if (l.skipped) line << " | skipped (non-finite)";
   line << " | ETA " << format_duration(l.eta_s);
   return line.str();
@@ -43,7 +52,7 @@ std::string format_step_line(const StepLine& l) {
 std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTimes& o) {
   std::ostringstream text;
   text << "  time breakdown (s): forward " << e.forward_s << ", backward " << e.backward_s << ", gather wait "
-       << e.gather_wait_s << ", reduce " << e.reduce_s << ", d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s
+       << e.gather_wait_s << ", reduce " << e.reduce_s << " (wait " << e.reduce_wait_s << "), d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s
        << ", device_step " << o.device_step_s << ", h2d " << o.h2d_s << ", wait " << o.wait_s << ", rollback "
        << o.rollback_s;
   return text.str();

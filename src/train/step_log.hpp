@@ -6,6 +6,7 @@
 #include <string>
 
 #include "optim/step_outcome.hpp"
+#include "train/throughput.hpp"
 #include "zero/engine_stats.hpp"
 
 namespace superoffload::train {
@@ -13,14 +14,18 @@ namespace superoffload::train {
 struct StepLine {
   int64_t step = 0, total_steps = 0;  // 1-based step just completed
   double loss = 0, lr = 0, grad_norm = 0;
-  double step_s = 0, tflops = 0, tokens_per_s = 0;
-  double peak_tflops = 0;  // 0: MFU not shown
+  double step_s = 0;
+  Throughput throughput;  // MFU and HFU are shown when known (non-zero)
   bool skipped = false;
   double eta_s = 0;
 };
 
-// "Step 12/100 | Loss 2.3456 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | ..."
+// "Step 12/100 | Loss 2.34561 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4520 (1130 per
+// device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% | ETA 0:01:02". Loss with 6
+// significant digits, TFLOPS with 3 (from model FLOPs; HFU counts recomputation).
 std::string format_step_line(const StepLine& line);
+// "4520 (1130 per device)"-style numbers: `significant` digits, no exponent below 1e6.
+std::string format_significant(double value, int significant);
 // "  time breakdown (s): forward …, backward …" of the engine and the optimizer phases.
 std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer);
 

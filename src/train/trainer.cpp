@@ -202,7 +202,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
                                    t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
-  if (t.bench_steps > 0) total_steps = std::min(total_steps, t.warmup_steps + t.bench_steps);
+  if (t.bench_steps > 0) total_steps = std::min(total_steps, t.timing_warmup_steps + t.bench_steps);
   const LrSchedule schedule(cfg.lr_schedule, cfg.optimizer.lr, total_steps);
 
   const ThroughputInputs throughput{.active_parameters = static_cast<double>(shape.active_parameters),
@@ -263,19 +263,17 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     skips.count(result.outcome, step + 1);
     const double step_s = now_s() - step_start;
     summary.losses.push_back(result.loss);
-    if (step >= t.warmup_steps) {
+    if (step - position.step >= t.timing_warmup_steps) {  // a resumed run warms up again
       timed_s += step_s;
       ++timed_steps;
     }
-    const double tflops = tflops_per_device(throughput, step_s);
+    const auto measured = measure_throughput(throughput, step_s, peak);
     metrics.record({.step = step + 1,
                     .loss = result.loss,
                     .lr = lr,
                     .grad_norm = result.outcome.grad_norm,
                     .step_time_s = step_s,
-                    .tokens_per_s = result.tokens / step_s,
-                    .tflops = tflops,
-                    .mfu = peak > 0 ? tflops / peak : 0.0,
+                    .throughput = measured,
                     .skipped = result.outcome.skipped,
                     .speculation = result.outcome.speculation,
                     .engine = result.engine,
@@ -290,9 +288,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .lr = lr,
            .grad_norm = result.outcome.grad_norm,
            .step_s = step_s,
-           .tflops = tflops,
-           .tokens_per_s = result.tokens / step_s,
-           .peak_tflops = peak,
+           .throughput = measured,
            .skipped = result.outcome.skipped,
            .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1)});
       if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result.engine, result.optimizer);
@@ -323,20 +319,30 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   }
   summary.skipped_steps = skips.total();
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
-  if (summary.mean_step_s > 0) {
-    summary.tokens_per_s = static_cast<double>(t.train_batch_size * cfg.data.seq_len) / summary.mean_step_s;
-    summary.tflops = tflops_per_device(throughput, summary.mean_step_s);
-  }
+  summary.throughput = measure_throughput(throughput, summary.mean_step_s, peak);
   if (rank == 0) {
     const auto& memory = engine.memory();
+    const auto& mean = summary.throughput;
+    std::ostringstream timing;
+    if (timed_steps == 0) {
+      timing << "no step was timed (all " << summary.steps - summary.first_step << " fell within [training] "
+             << "timing_warmup_steps = " << t.timing_warmup_steps << ")";
+    } else {
+      timing << "mean step " << format_significant(summary.mean_step_s * 1000, 4) << " ms over " << timed_steps
+             << " timed steps (after " << t.timing_warmup_steps << " warm-up), " << format_significant(mean.tokens_per_s, 3)
+             << " tokens/s (" << format_significant(mean.tokens_per_s_per_device, 3) << " per device), TFLOPS "
+             << format_significant(mean.model_tflops_per_device, 3) << " per device (model), "
+             << format_significant(mean.hardware_tflops_per_device, 3) << " per device (hardware)";
+      if (mean.mfu > 0) timing << ", MFU " << format_significant(100 * mean.mfu, 3) << "%, HFU "
+                               << format_significant(100 * mean.hfu, 3) << "%";
+    }
     SO_LOG(info) << "summary: " << summary.steps - summary.first_step << " steps"
                  << (summary.first_step > 0 ? " (from step " + std::to_string(summary.first_step) + ")" : std::string())
-                 << ", loss " << (summary.losses.empty() ? 0.0 : summary.losses.front()) << " -> "
-                 << (summary.losses.empty() ? 0.0 : summary.losses.back()) << "; mean step " << summary.mean_step_s * 1000 << " ms (after "
-                 << t.warmup_steps << " warm-up steps), " << summary.tokens_per_s << " tokens/s, " << summary.tflops
-                 << " TFLOPS per device; parameter elements per rank: shards " << memory.shard_numel
-                 << ", peak gathered " << memory.peak_live_numel << ", saved activations "
-                 << memory.activation_bytes / 1e6 << " MB; skipped steps " << summary.skipped_steps;
+                 << ", loss " << format_significant(summary.losses.empty() ? 0.0 : summary.losses.front(), 6) << " -> "
+                 << format_significant(summary.losses.empty() ? 0.0 : summary.losses.back(), 6) << "; " << timing.str()
+                 << "; parameter elements per rank: shards " << memory.shard_numel << ", peak gathered "
+                 << memory.peak_live_numel << ", saved activations " << memory.activation_bytes / 1e6
+                 << " MB; skipped steps " << summary.skipped_steps;
   }
   return summary;
 }

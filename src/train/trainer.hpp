@@ -8,6 +8,7 @@
 
 #include "cluster/binding.hpp"
 #include "config/config.hpp"
+#include "train/throughput.hpp"
 
 namespace superoffload::cluster {
 class MpiWorld;
@@ -19,9 +20,8 @@ struct TrainSummary {
   int64_t first_step = 0;   // steps before this run (resumed from a checkpoint)
   int64_t steps = 0;        // the last step reached
   std::vector<double> losses;  // of the steps this run took
-  double mean_step_s = 0;   // excluding the first training.warmup_steps
-  double tokens_per_s = 0;
-  double tflops = 0;        // per device
+  double mean_step_s = 0;   // excluding the first training.timing_warmup_steps; 0: no step timed
+  Throughput throughput;    // of the mean step
   int64_t skipped_steps = 0;
   int stop_signal = 0;      // the run stopped early on this signal, after a checkpoint
 };

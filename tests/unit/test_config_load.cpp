@@ -149,6 +149,25 @@ TEST_F(ConfigLoad, MissingFileIsNamed) {
   EXPECT_NE(message.find("nope.toml does not exist"), std::string::npos) << message;
 }
 
+TEST_F(ConfigLoad, RenamedKeyLoadsUnderItsNewNameWithAWarning) {
+  auto loaded = load_config({write("c.toml", std::string(kRequired) + "[training]\nwarmup_steps = 3\n"), std::nullopt,
+                             {}},
+                            1);
+  EXPECT_EQ(loaded.config.training.timing_warmup_steps, 3);
+  ASSERT_EQ(loaded.warnings.size(), 1u);
+  EXPECT_NE(loaded.warnings[0].find("[training] warmup_steps (" + (dir_ / "c.toml").string() +
+                                    ":6:16) is deprecated: it is now timing_warmup_steps"),
+            std::string::npos)
+      << loaded.warnings[0];
+  EXPECT_NE(loaded.warnings[0].find("[lr_schedule] warmup_num_steps"), std::string::npos) << loaded.warnings[0];
+  // From --set too; and both names at once is refused.
+  auto overridden = load_config({write("c.toml", kRequired), std::nullopt, {"training.warmup_steps=2"}}, 1);
+  EXPECT_EQ(overridden.config.training.timing_warmup_steps, 2);
+  EXPECT_EQ(overridden.warnings.size(), 1u);
+  const auto message = error_of_toml(std::string(kRequired) + "[training]\nwarmup_steps = 3\ntiming_warmup_steps = 1\n");
+  EXPECT_NE(message.find("is the old name of timing_warmup_steps, which is set too"), std::string::npos) << message;
+}
+
 TEST_F(ConfigLoad, OverridesWinAndAreParsedAsTomlValues) {
   ConfigSources sources{write("c.toml", std::string(kRequired) + "[zero]\nsub_group_size = 100\n"), std::nullopt,
                         {"zero.sub_group_size=4e8", "offload.super_offload=false", "training.output_dir=/scratch/run 1",

@@ -1,5 +1,6 @@
 // The model contract the engine relies on, on the shipped llama plugin with a tiny config:
-// HF names, deterministic initialisation independent of order, the FLOPs formula, and a
+// HF names, deterministic initialisation independent of order, the parameter counts FLOPs are
+// computed from (dense and mixture-of-experts), and a
 // chunked loss whose backward equals plain autograd over the whole sequence.
 #include <gtest/gtest.h>
 
@@ -60,13 +61,24 @@ TEST_F(ModelContract, InitialisationIsDeterministicPerName) {
   EXPECT_NEAR(embedding.std().item<double>(), 0.05, 0.005) << "initializer_range";
 }
 
-TEST_F(ModelContract, FlopsPerTokenFollowsTheFormula) {
-  const auto model = build(1);
-  const auto s = model->shape();
-  const double n = static_cast<double>(s.total_parameters);
+// The shape the FLOP accounting (train/throughput.hpp) multiplies, counted by hand.
+TEST_F(ModelContract, ShapeCountsEveryParameterAndTheActiveOnesOfAMixture) {
+  const auto s = build(1)->shape();
+  // Embedding and head 53·32 each; per block q, o 32·32, k, v 32·16, gate, up, down 32·48, two norms; final norm.
   EXPECT_EQ(s.total_parameters, 53 * 32 * 2 + 2 * (32 * 32 * 2 + 32 * 16 * 2 + 3 * 32 * 48 + 2 * 32) + 32);
-  EXPECT_DOUBLE_EQ(model->flops_per_token(128, true), 4 * (2 * n + 4 * 2 * 32 * 128.0));
-  EXPECT_DOUBLE_EQ(model->flops_per_token(128, false), 3 * (2 * n + 4 * 2 * 32 * 128.0));
+  EXPECT_EQ(s.active_parameters, s.total_parameters);
+  EXPECT_EQ(s.num_layers, 2);
+  EXPECT_EQ(s.hidden_size, 32);
+
+  // Mixtral with 4 experts, 2 per token: a token passes through 2 of the 4 experts' weights.
+  std::ofstream(dir_ / "config.json") << R"({"architectures": ["MixtralForCausalLM"], "vocab_size": 53,
+    "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": false})";
+  const auto moe = build(1)->shape();
+  const int64_t expert = 3 * 32 * 48, router = 4 * 32;
+  const int64_t shared = 53 * 32 * 2 + 2 * (32 * 32 * 2 + 32 * 16 * 2 + router + 2 * 32) + 32;
+  EXPECT_EQ(moe.total_parameters, shared + 2 * 4 * expert);
+  EXPECT_EQ(moe.active_parameters, shared + 2 * 2 * expert);
 }
 
 TEST_F(ModelContract, ChunkedLossAndBackwardEqualPlainAutograd) {

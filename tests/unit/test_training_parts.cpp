@@ -1,6 +1,6 @@
 // Parts of the training loop: the distributed sampler (disjoint, deterministic, resumable),
-// the learning-rate schedules and the TFLOPS formula against a hand computation for the
-// tiny demo model.
+// the learning-rate schedules, the FLOP accounting (model and hardware FLOPs against hand
+// computations, dense and MoE, with and without checkpointing) and the step line's format.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "data/sampler.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/step_log.hpp"
 #include "train/throughput.hpp"
 
 namespace d = superoffload::data;
@@ -58,21 +59,82 @@ TEST(LrSchedule, WarmupThenDecay) {
   EXPECT_DOUBLE_EQ(t::LrSchedule(s, 1e-3, 110).at(100), 1e-3);
 }
 
-TEST(Throughput, TflopsFollowTheSuperOffloadFormula) {
-  // configs/tiny.toml on 2 ranks: the tiny Llama (9,641,856 parameters, 6 layers, hidden
-  // 384), seq 128, 4 samples per rank, activation checkpointing (c = 4).
+// configs/tiny.toml on 2 ranks: the tiny Llama (9,641,856 parameters, 6 layers, hidden 384),
+// seq 128, 8 samples per step, a 0.5 s step. By hand, per token:
+//   forward  2·9,641,856 + 4·6·384·128 = 19,283,712 + 1,179,648 = 20,463,360
+//   model    3 · forward = 61,390,080 (no recomputation, what MFU counts)
+//   hardware 4 · forward = 81,853,440 with activation checkpointing, 61,390,080 without
+// 1,024 tokens in 0.5 s: 2,048 tokens/s for the job, 1,024 per device.
+TEST(Throughput, ModelAndHardwareFlopsOfADenseModelByHand) {
   const t::ThroughputInputs in{9641856.0, 6, 384, 128, true, 8, 2};
-  const double per_sample = (2.0 * 4 * 9641856.0 * 128 + 4.0 * 4 * 6 * 384 * 128.0 * 128) / 1e12;
-  EXPECT_DOUBLE_EQ(t::tflops_per_sample(in), per_sample);
-  EXPECT_DOUBLE_EQ(t::tflops_per_device(in, 0.5), per_sample * 8 / 0.5 / 2);
-  // By hand: 2·4·9,641,856·128 = 9,873,260,544 and 4·4·6·384·128² = 603,979,776 FLOPs.
-  EXPECT_DOUBLE_EQ(t::tflops_per_sample(in), 10477240320.0 / 1e12);
+  EXPECT_DOUBLE_EQ(t::model_flops_per_token(in), 61390080.0);
+  EXPECT_DOUBLE_EQ(t::hardware_flops_per_token(in), 81853440.0);
+  const auto r = t::measure_throughput(in, 0.5, 100.0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 2048.0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s_per_device, 1024.0);
+  EXPECT_DOUBLE_EQ(r.model_tflops, 61390080.0 * 2048 / 1e12);
+  EXPECT_DOUBLE_EQ(r.model_tflops_per_device, 61390080.0 * 1024 / 1e12);
+  EXPECT_DOUBLE_EQ(r.hardware_tflops_per_device, 81853440.0 * 1024 / 1e12);
+  EXPECT_DOUBLE_EQ(r.mfu, 61390080.0 * 1024 / 1e12 / 100);
+  EXPECT_DOUBLE_EQ(r.hfu, 81853440.0 * 1024 / 1e12 / 100);
+  EXPECT_NEAR(r.hfu / r.mfu, 4.0 / 3.0, 1e-12);  // checkpointing: a third more executed than needed
+  // The SuperOffload examples' figure, per sample (2·c·N·s + 4·c·L·h·s²)/1e12 with c = 4, times
+  // samples per step over step time per device, is the hardware figure.
+  const double examples = (2.0 * 4 * 9641856.0 * 128 + 4.0 * 4 * 6 * 384 * 128.0 * 128) / 1e12 * 8 / 0.5 / 2;
+  EXPECT_DOUBLE_EQ(r.hardware_tflops_per_device, examples);
+
   t::ThroughputInputs no_checkpointing = in;
   no_checkpointing.activation_checkpointing = false;
-  EXPECT_DOUBLE_EQ(t::tflops_per_sample(no_checkpointing), per_sample * 3 / 4);
+  const auto plain = t::measure_throughput(no_checkpointing, 0.5, 100.0);
+  EXPECT_DOUBLE_EQ(plain.model_tflops_per_device, r.model_tflops_per_device);  // the model did not change
+  EXPECT_DOUBLE_EQ(plain.hardware_tflops_per_device, plain.model_tflops_per_device);
+  EXPECT_DOUBLE_EQ(plain.hfu, plain.mfu);
+}
+
+// A mixture of experts counts the parameters a token passes through: Mixtral-8x7B's shape
+// (46,702,792,704 parameters, 12,879,138,816 active, 32 layers, hidden 4096), seq 4096, 16
+// samples on 8 devices, 10 s a step. Per token, by hand:
+//   forward  2·12,879,138,816 + 4·32·4096·4096 = 25,758,277,632 + 2,147,483,648 = 27,905,761,280
+//   model    83,717,283,840; hardware with checkpointing 111,623,045,120
+// 65,536 tokens in 10 s: 6,553.6 tokens/s, 819.2 per device.
+TEST(Throughput, AMixtureCountsActiveParametersOnly) {
+  const t::ThroughputInputs in{12879138816.0, 32, 4096, 4096, true, 16, 8};
+  EXPECT_DOUBLE_EQ(t::model_flops_per_token(in), 83717283840.0);
+  EXPECT_DOUBLE_EQ(t::hardware_flops_per_token(in), 111623045120.0);
+  const auto r = t::measure_throughput(in, 10.0, 989.0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s_per_device, 819.2);
+  EXPECT_NEAR(r.model_tflops_per_device, 83717283840.0 * 819.2 / 1e12, 1e-9);  // 68.58
+  EXPECT_NEAR(r.mfu, 83717283840.0 * 819.2 / 1e12 / 989.0, 1e-12);           // 6.9 %
+  t::ThroughputInputs no_checkpointing = in;
+  no_checkpointing.activation_checkpointing = false;
+  EXPECT_DOUBLE_EQ(t::hardware_flops_per_token(no_checkpointing), 83717283840.0);
+}
+
+TEST(Throughput, NoTimeNoFiguresAndKnownPeaks) {
+  const t::ThroughputInputs in{9641856.0, 6, 384, 128, true, 8, 2};
+  const auto none = t::measure_throughput(in, 0.0, 989.0);
+  EXPECT_EQ(none.tokens_per_s, 0.0);
+  EXPECT_EQ(none.mfu, 0.0);
+  EXPECT_EQ(t::measure_throughput(in, 0.5, 0.0).mfu, 0.0);  // unknown peak (CPU): no MFU
   EXPECT_EQ(t::peak_tflops(0, "NVIDIA GH200 480GB"), 989.0);
   EXPECT_EQ(t::peak_tflops(123, "NVIDIA GH200 480GB"), 123.0);
   EXPECT_EQ(t::peak_tflops(0, ""), 0.0);
+}
+
+TEST(StepLine, ComparableDigitsAndLabelledUnits) {
+  t::StepLine line{.step = 12, .total_steps = 100, .loss = 2.3456123, .lr = 1e-4, .grad_norm = 0.9131, .step_s = 0.9064};
+  line.throughput = t::measure_throughput({9641856.0, 6, 384, 128, true, 32, 4}, 0.9064, 989.0);
+  line.eta_s = 62;
+  EXPECT_EQ(t::format_step_line(line),
+            "Step 12/100 | Loss 2.34561 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4519 (1130 per device) "
+            "| TFLOPS 0.0694 per device, 0.277 job | MFU 0.0% | HFU 0.0% | ETA 0:01:02");
+  line.throughput = t::measure_throughput({9641856.0, 6, 384, 128, true, 32, 4}, 0.9064, 0.0);
+  line.loss = 10.82654321;
+  EXPECT_EQ(t::format_step_line(line),
+            "Step 12/100 | Loss 10.8265 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4519 (1130 per device) "
+            "| TFLOPS 0.0694 per device, 0.277 job | ETA 0:01:02");
+  EXPECT_EQ(t::format_significant(123456.7, 3), "123457");
+  EXPECT_EQ(t::format_significant(0.023449, 3), "0.0234");
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ class HeadLayer : public Layer {
                        const BatchContext& context, const std::function<void(const at::Tensor&)>& each);
 };
 
-// Sizes the trainer needs for FLOPs and MFU.
+// Sizes the trainer needs for FLOPs and MFU (train/throughput.hpp counts them).
 struct ModelShape {
   int64_t num_layers = 0;       // decoder blocks
   int64_t hidden_size = 0;
@@ -102,10 +102,6 @@ class CausalLM {
   void init_parameters(uint64_t seed);
   // The same for one layer (streaming set-up: layers materialised one at a time).
   void init_layer_parameters(size_t layer, uint64_t seed);
-  // Forward + backward FLOPs per token, the SuperOffload examples' formula:
-  // c·(2·N + 4·L·h·s) with c = 4 under activation checkpointing, else 3 (N active parameters,
-  // L layers, h hidden size, s sequence length).
-  double flops_per_token(int64_t seq_len, bool activation_checkpointing) const;
   // Every HF parameter name of the model, in layer order.
   std::vector<std::string> hf_parameter_names() const;
   // Elements of the parameters whose HF name contains `name_part` (all when empty), counted
