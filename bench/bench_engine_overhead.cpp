@@ -18,10 +18,15 @@
 //
 // Under mpirun -np N every rank runs all variants on its own micro-batches; the engine's
 // exposed communication (all-gather and reduce-scatter waits) is printed apart, and
-// `compute_ratio` holds the rest of its step against the plain loop of the same rank.
+// `compute_ratio` holds the rest of its step against the plain loop of the same rank (which
+// never communicates; its loss is then not comparable and shows as nan).
 //
-//   build/bin/bench_engine_overhead [--arch gpt2|llama] [--dtype fp32|bf16|both] [--micro 4]
-//       [--seq 64] [--steps 2] [--rounds 5] [--threads T] [--checkpointing]
+// The process uses `superoffload train`'s host allocator setting (base/allocator.hpp: layer-
+// sized buffers are mmap'ed and returned on free), for every variant; --glibc-malloc keeps
+// glibc's defaults instead.
+//
+//   build/bin/bench_engine_overhead [--arch gpt2|llama] [--layers 12] [--dtype fp32|bf16|both]
+//       [--micro 4] [--seq 64] [--steps 2] [--rounds 5] [--threads T] [--checkpointing]
 // The last lines are `summary: dtype=… variant=… ratio=… …`.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -40,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "base/allocator.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
 #include "bench_common.hpp"
@@ -57,12 +63,17 @@ using so::base::now_s;
 
 namespace {
 
-// GPT-2 small (124M, tied embeddings) and a Llama of about the same size.
-constexpr const char* kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 50257,
-  "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "initializer_range": 0.02})";
-constexpr const char* kLlama = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 768,
-  "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
-  "initializer_range": 0.02, "tie_word_embeddings": false})";
+// GPT-2 small (124M with 12 layers, tied embeddings) and a Llama of about the same size.
+std::string model_config(const std::string& arch, int layers) {
+  const auto n = std::to_string(layers);
+  if (arch == "gpt2") {
+    return R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 50257, "n_embd": 768,
+      "n_layer": )" + n + R"(, "n_head": 12, "n_positions": 1024, "initializer_range": 0.02})";
+  }
+  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
+    "num_hidden_layers": )" + n + R"(, "num_attention_heads": 12, "num_key_value_heads": 4, "initializer_range": 0.02,
+    "tie_word_embeddings": false})";
+}
 
 constexpr double kLr = 1e-4, kClip = 1.0;
 constexpr so::optim::AdamWSettings kAdamW{.gradient_clipping = kClip};
@@ -166,9 +177,10 @@ int main(int argc, char** argv) {
   world.emplace(&argc, &argv);
   CLI::App app{"Engine overhead: the ZeRO-3 engine against a plain LibTorch loop, same run"};
   std::string arch = "gpt2", dtypes = "both";
-  int micro = 4, seq = 64, steps = 2, rounds = 5, threads = 0;
-  bool checkpointing = false;
+  int micro = 4, seq = 64, steps = 2, rounds = 5, threads = 0, layers = 12;
+  bool checkpointing = false, glibc_malloc = false;
   app.add_option("--arch", arch, "model: gpt2 (124M, tied) or llama (~125M)")->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--layers", layers, "decoder layers (12: GPT-2 small)")->check(CLI::Range(1, 96));
   app.add_option("--dtype", dtypes, "compute dtype")->check(CLI::IsMember({"fp32", "bf16", "both"}));
   app.add_option("--micro", micro, "sequences per micro-batch (per rank)");
   app.add_option("--seq", seq, "tokens per sequence");
@@ -176,14 +188,16 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "interleaved rounds");
   app.add_option("--threads", threads, "LibTorch (and optimizer) threads per rank; 0: cores / ranks");
   app.add_flag("--checkpointing", checkpointing, "activation checkpointing in the engine");
+  app.add_flag("--glibc-malloc", glibc_malloc, "keep glibc's allocator defaults (not train's setting)");
   CLI11_PARSE(app, argc, argv);
+  if (!glibc_malloc) so::base::configure_host_allocator();
 
   const int rank = world->rank(), size = world->size();
   if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / size);
   at::set_num_threads(threads);
   const auto dir = std::filesystem::temp_directory_path() / ("so_bench_overhead_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << (arch == "gpt2" ? kGpt2 : kLlama);
+  std::ofstream(dir / "config.json") << model_config(arch, layers);
   so::comm::MpiCommunicator comm(world->world());
   auto load = [&] { return so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 7).model; };
   const auto parameters = load()->shape().total_parameters;
@@ -200,8 +214,9 @@ int main(int argc, char** argv) {
     std::printf("bench_engine_overhead: %s, AdamW kernel target %s\n", bench::cpu_model().c_str(),
                 so::optim::adamw_target().c_str());
     std::printf("  %s %.1fM parameters, %d rank(s) x %d thread(s), micro-batch %d x %d tokens per rank, activation "
-                "checkpointing in the engine %s, clip %.1f\n",
-                arch.c_str(), parameters / 1e6, size, threads, micro, seq, checkpointing ? "on" : "off", kClip);
+                "checkpointing in the engine %s, clip %.1f, %s allocator\n",
+                arch.c_str(), parameters / 1e6, size, threads, micro, seq, checkpointing ? "on" : "off", kClip,
+                glibc_malloc ? "glibc's default" : "train's");
   }
 
   std::vector<std::string> summaries;
