@@ -35,7 +35,12 @@ double squared_norm(const at::Tensor& t) {
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
                        const std::function<void(size_t)>& materialize)
-    : model_(std::move(model)), comm_(comm), options_(options) {
+    : model_(std::move(model)),
+      comm_(comm),
+      options_(options),
+      // Two gathered layers (the current one and a prefetch) and a gradient buffer in flight,
+      // with room for the embedding and the head, whose sizes differ from the blocks'.
+      buffers_(options.device.is_cpu(), 6) {
   const auto& layers = model_->layers();
   SO_CHECK(layers.size() >= 2, "a model needs at least an embedding and a head layer");
   SO_CHECK(dynamic_cast<model::HeadLayer*>(layers.back().get()), "the last layer of a model must be a HeadLayer");
@@ -49,7 +54,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     for (const auto& [name, t] : layers[i]->hf_parameters()) numel += t.numel();
     const bool persistent = numel < options_.persistence_threshold || (tied && i == 0);
     if (materialize) materialize(i);
-    layers_.emplace_back(layers[i], comm_, options_.compute_dtype, options_.device, persistent);
+    layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent);
   }
   account();
 }

@@ -85,6 +85,7 @@ class ZeroEngine {
   std::shared_ptr<model::CausalLM> model_;
   comm::Communicator& comm_;
   EngineOptions options_;
+  BufferCache buffers_;  // before layers_: they hold a reference to it
   std::vector<PartitionedLayer> layers_;
   ParameterMemory memory_;
   PhaseTimes times_;

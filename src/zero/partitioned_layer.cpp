@@ -18,8 +18,9 @@ comm::DataType comm_type(at::ScalarType type) {
 }
 
 PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm,
-                                   at::ScalarType compute_dtype, at::Device device, bool persistent)
-    : layer_(std::move(layer)), comm_(comm), persistent_(persistent),
+                                   BufferCache& buffers, at::ScalarType compute_dtype, at::Device device,
+                                   bool persistent)
+    : layer_(std::move(layer)), comm_(comm), buffers_(&buffers), persistent_(persistent),
       options_(at::TensorOptions().dtype(compute_dtype).device(device)) {
   std::vector<ParameterSlot> slots;
   for (auto& [name, tensor] : layer_->hf_parameters()) {
@@ -63,7 +64,7 @@ void PartitionedLayer::gather_async() {
     bind_views();
     return;
   }
-  auto buffer = at::empty({layout_.padded_numel()}, options_);
+  auto buffer = buffers_->take(layout_.padded_numel(), options_);
   pending_ = comm_.all_gather(device_shard_.data_ptr(), buffer.data_ptr(), static_cast<size_t>(layout_.shard_numel()),
                               comm_type(options_.dtype().toScalarType()));
   gathering_buffer_ = buffer;
@@ -82,6 +83,11 @@ void PartitionedLayer::wait_gathered() {
 void PartitionedLayer::release() {
   if (persistent_ || !live()) return;
   unbind();
+  drop_gathered();
+}
+
+void PartitionedLayer::drop_gathered() {
+  if (!gathers_in_place()) buffers_->give(std::move(gathered_));
   gathered_ = at::Tensor();
 }
 
@@ -97,7 +103,8 @@ void PartitionedLayer::set_shard(const at::Tensor& values) {
 void PartitionedLayer::shard_updated() {
   if (!live() || gathers_in_place()) return;  // views of the shard see the new values already
   // Keep the gathered copy current: gather the new shards of every rank.
-  gathered_ = at::Tensor();
+  unbind();
+  drop_gathered();
   gather_async();
   wait_gathered();
 }
@@ -127,7 +134,7 @@ double PartitionedLayer::reduce_gradients() {
   }
   // Flatten into the collective's send buffer: every element is written once (gradients,
   // zeros where a parameter got none, padding).
-  auto flat = at::empty({layout_.padded_numel()}, options_.dtype(at::kFloat));
+  auto flat = buffers_->take(layout_.padded_numel(), options_.dtype(at::kFloat));
   int64_t written = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const auto& slot = layout_.parameters()[i];
@@ -150,7 +157,9 @@ double PartitionedLayer::reduce_gradients() {
                                    comm::DataType::f32, comm::ReduceOp::sum);
   const double wait_start = base::now_s();
   work->wait();
-  return base::now_s() - wait_start;
+  const double waited = base::now_s() - wait_start;
+  buffers_->give(std::move(flat));
+  return waited;
 }
 
 at::Tensor& PartitionedLayer::grad_shard() {

@@ -13,6 +13,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
+#include "zero/buffer_cache.hpp"
 #include "zero/flat_layout.hpp"
 
 namespace superoffload::zero {
@@ -22,8 +23,9 @@ class PartitionedLayer {
   // Takes the layer's current (full) parameter values, keeps this rank's shard in
   // `compute_dtype` on `device`, and unbinds the parameters (the full copy is freed).
   // `persistent` layers stay gathered for the whole run.
-  PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, at::ScalarType compute_dtype,
-                   at::Device device, bool persistent);
+  // Gathered and gradient buffers come from (and go back to) `buffers`, which must outlive it.
+  PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, BufferCache& buffers,
+                   at::ScalarType compute_dtype, at::Device device, bool persistent);
 
   model::Layer& layer() { return *layer_; }
   const FlatLayout& layout() const { return layout_; }
@@ -66,9 +68,11 @@ class PartitionedLayer {
  private:
   void bind_views();
   void unbind();
+  void drop_gathered();  // the gathered buffer back to the cache (unbound first)
 
   std::shared_ptr<model::Layer> layer_;
   comm::Communicator& comm_;
+  BufferCache* buffers_;
   FlatLayout layout_;
   std::vector<at::Tensor> parameters_;  // the layer's Parameter variables, in layout order
   at::Tensor device_shard_;             // [shard] compute dtype
