@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
+#include "cluster/cpu_bf16.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/stop_request.hpp"
 #include "cluster/watchdog.hpp"
@@ -186,6 +187,12 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto& t = cfg.training;
   const int rank = world.rank(), size = world.size();
   const at::Device device = choose_device(cfg.runtime, binding);
+
+  if (rank == 0 && !device.is_cuda() && cfg.precision.bf16 && !cluster::cpu_has_native_bf16()) {
+    SO_LOG(warning) << "[precision] bf16 = true on a CPU without native bf16 (no AVX512-BF16, AMX-BF16 or Arm BF16): "
+                       "LibTorch emulates bf16 matrix products here, which can be tens of times slower than fp32 — "
+                       "for a CPU run set [precision] bf16 = false";
+  }
 
   // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
   if (cfg.runtime.check_memory) check_memory_fits(cfg, world, device.is_cuda());
