@@ -19,13 +19,16 @@ struct Settings {
 
 Settings read_settings(const HfConfig& c) {
   Settings s;
-  s.vocab = c.integer("vocab_size");
-  s.positions = c.integer("n_positions");
-  s.hidden = c.integer("n_embd");
-  s.layers = c.integer("n_layer");
-  s.heads = c.integer("n_head");
-  s.inner = c.integer("n_inner", 4 * s.hidden);
-  s.eps = c.number("layer_norm_epsilon", 1e-5);
+  s.vocab = c.dimension("vocab_size");
+  s.positions = c.dimension("n_positions");
+  s.hidden = c.dimension("n_embd");
+  s.layers = c.dimension("n_layer");
+  s.heads = c.dimension("n_head");
+  if (s.hidden % s.heads != 0) {
+    c.invalid("n_head", "= " + std::to_string(s.heads) + " must divide n_embd = " + std::to_string(s.hidden));
+  }
+  s.inner = c.dimension("n_inner", 4 * s.hidden);
+  s.eps = c.positive_number("layer_norm_epsilon", 1e-5);
   s.initializer_range = c.number("initializer_range", 0.02);
   const auto act = c.string("activation_function", "gelu_new");
   SO_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",

@@ -33,18 +33,17 @@ struct Settings {
 Settings read_settings(const HfConfig& c) {
   Settings s;
   s.architecture = c.architecture();
-  s.vocab = c.integer("vocab_size");
-  s.hidden = c.integer("hidden_size");
-  s.intermediate = c.integer("intermediate_size");
-  s.layers = c.integer("num_hidden_layers");
-  s.heads = c.integer("num_attention_heads");
-  s.kv_heads = c.integer("num_key_value_heads", s.heads);
-  s.head_dim = c.integer("head_dim", s.hidden / s.heads);
-  s.eps = c.number("rms_norm_eps", 1e-6);
+  s.vocab = c.dimension("vocab_size");
+  s.hidden = c.dimension("hidden_size");
+  s.intermediate = c.dimension("intermediate_size");
+  s.layers = c.dimension("num_hidden_layers");
+  const auto attention = c.attention_heads(s.hidden);
+  s.heads = attention.heads;
+  s.kv_heads = attention.kv_heads;
+  s.head_dim = attention.head_dim;
+  s.eps = c.positive_number("rms_norm_eps", 1e-6);
   s.initializer_range = c.number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
-  SO_CHECK(s.heads % s.kv_heads == 0, c.path() << ": num_attention_heads " << s.heads
-                                                << " is not a multiple of num_key_value_heads " << s.kv_heads);
   const std::string act = c.string("hidden_act", "silu");
   SO_CHECK(act == "silu", c.path() << ": hidden_act \"" << act << "\" is not supported by the llama plugin (silu only)");
 
@@ -68,6 +67,7 @@ Settings read_settings(const HfConfig& c) {
   // Mistral/Phi3 slide on every layer when sliding_window is set, and Qwen2/Qwen3 on layers
   // from max_window_layers on when use_sliding_window is true.
   const int64_t window = c.integer("sliding_window", 0);
+  if (window < 0) c.invalid("sliding_window", "= " + std::to_string(window) + " must be >= 0 (0: full attention)");
   s.sliding_window.assign(static_cast<size_t>(s.layers), 0);
   const auto types = c.strings("layer_types");
   if (!types.empty()) {
@@ -80,6 +80,7 @@ Settings read_settings(const HfConfig& c) {
     s.sliding_window.assign(static_cast<size_t>(s.layers), window);
   } else if (window > 0 && c.boolean("use_sliding_window", false)) {
     const int64_t first = c.integer("max_window_layers", s.layers);
+    if (first < 0) c.invalid("max_window_layers", "= " + std::to_string(first) + " must be >= 0");
     for (int64_t i = first; i < s.layers; ++i) s.sliding_window[static_cast<size_t>(i)] = window;
   }
   return s;

@@ -43,16 +43,17 @@ Settings read_settings(const HfConfig& c) {
   s.family = arch == "MixtralForCausalLM" ? Family::mixtral
              : arch == "GptOssForCausalLM" ? Family::gpt_oss
                                            : Family::qwen3_moe;
-  s.vocab = c.integer("vocab_size");
-  s.hidden = c.integer("hidden_size");
-  s.layers = c.integer("num_hidden_layers");
-  s.heads = c.integer("num_attention_heads");
-  s.kv_heads = c.integer("num_key_value_heads", s.heads);
-  s.head_dim = c.integer("head_dim", s.hidden / s.heads);
-  s.eps = c.number("rms_norm_eps", 1e-6);
+  s.vocab = c.dimension("vocab_size");
+  s.hidden = c.dimension("hidden_size");
+  s.layers = c.dimension("num_hidden_layers");
+  const auto attention = c.attention_heads(s.hidden);
+  s.heads = attention.heads;
+  s.kv_heads = attention.kv_heads;
+  s.head_dim = attention.head_dim;
+  s.eps = c.positive_number("rms_norm_eps", 1e-6);
   s.initializer_range = c.number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
-  s.top_k = c.integer("num_experts_per_tok");
+  s.top_k = c.dimension("num_experts_per_tok");
   if (c.boolean("output_router_logits", false)) s.aux_loss_coef = c.number("router_aux_loss_coef", 0.001);
   const std::string act = c.string("hidden_act", "silu");
   SO_CHECK(s.family == Family::gpt_oss || act == "silu",
@@ -61,21 +62,21 @@ Settings read_settings(const HfConfig& c) {
   switch (s.family) {
     case Family::qwen3_moe:
       // Published configs say num_experts; transformers 5 writes num_local_experts.
-      s.experts = c.has("num_experts") ? c.integer("num_experts") : c.integer("num_local_experts");
-      s.expert_intermediate = c.integer("moe_intermediate_size");
-      s.dense_intermediate = c.integer("intermediate_size");
+      s.experts = c.has("num_experts") ? c.dimension("num_experts") : c.dimension("num_local_experts");
+      s.expert_intermediate = c.dimension("moe_intermediate_size");
+      s.dense_intermediate = c.dimension("intermediate_size");
       s.norm_topk_prob = c.boolean("norm_topk_prob", false);
       s.attention_bias = c.boolean("attention_bias", false);
       break;
     case Family::mixtral:
-      s.experts = c.integer("num_local_experts");
-      s.expert_intermediate = c.integer("intermediate_size");
+      s.experts = c.dimension("num_local_experts");
+      s.expert_intermediate = c.dimension("intermediate_size");
       SO_CHECK(c.number("router_jitter_noise", 0.0) == 0.0,
                c.path() << ": router_jitter_noise > 0 is not supported (the published Mixtral configs use 0)");
       break;
     case Family::gpt_oss:
-      s.experts = c.integer("num_local_experts");
-      s.expert_intermediate = c.integer("intermediate_size");
+      s.experts = c.dimension("num_local_experts");
+      s.expert_intermediate = c.dimension("intermediate_size");
       s.attention_bias = c.boolean("attention_bias", true);
       s.swiglu_alpha = c.number("swiglu_alpha", 1.702);
       s.swiglu_limit = c.number("swiglu_limit", 7.0);
@@ -98,6 +99,7 @@ Settings read_settings(const HfConfig& c) {
   s.moe_layers = std::count(s.sparse.begin(), s.sparse.end(), true);
 
   const int64_t window = c.integer("sliding_window", s.family == Family::gpt_oss ? 128 : 0);
+  if (window < 0) c.invalid("sliding_window", "= " + std::to_string(window) + " must be >= 0 (0: full attention)");
   s.sliding_window.assign(static_cast<size_t>(s.layers), 0);
   auto types = c.strings("layer_types");
   if (types.empty() && s.family == Family::gpt_oss) {
@@ -111,6 +113,7 @@ Settings read_settings(const HfConfig& c) {
     }
   } else if (window > 0 && (s.family == Family::mixtral || c.boolean("use_sliding_window", false))) {
     const int64_t first = s.family == Family::mixtral ? 0 : c.integer("max_window_layers", s.layers);
+    if (first < 0) c.invalid("max_window_layers", "= " + std::to_string(first) + " must be >= 0");
     for (int64_t i = first; i < s.layers; ++i) s.sliding_window[static_cast<size_t>(i)] = window;
   }
   return s;

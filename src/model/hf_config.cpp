@@ -1,6 +1,8 @@
 // HfConfig: typed access to config.json.
 #include "model/hf_config.hpp"
 
+#include <cmath>
+
 #include <fstream>
 #include <sstream>
 
@@ -69,6 +71,44 @@ std::string HfConfig::string(const std::string& key) const {
   if (!v) fail(key, "is missing");
   if (!v->is_string()) fail(key, "must be a string, not " + v->dump());
   return v->get<std::string>();
+}
+
+int64_t HfConfig::dimension(const std::string& key) const {
+  constexpr int64_t kLargest = int64_t{1} << 24;
+  const int64_t value = integer(key);
+  if (value < 1 || value > kLargest) {
+    fail(key, "= " + std::to_string(value) + " must lie in [1, " + std::to_string(kLargest) + "]");
+  }
+  return value;
+}
+
+int64_t HfConfig::dimension(const std::string& key, int64_t fallback) const { return has(key) ? dimension(key) : fallback; }
+
+double HfConfig::positive_number(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  const double value = number(key);
+  if (!std::isfinite(value) || value <= 0) fail(key, "= " + find(key)->dump() + " must be a finite number > 0");
+  return value;
+}
+
+AttentionHeads HfConfig::attention_heads(int64_t hidden) const {
+  AttentionHeads a;
+  a.heads = dimension("num_attention_heads");
+  a.kv_heads = dimension("num_key_value_heads", a.heads);
+  if (a.heads % a.kv_heads != 0) {
+    fail("num_key_value_heads", "= " + std::to_string(a.kv_heads) + " must divide num_attention_heads = " +
+                                    std::to_string(a.heads));
+  }
+  if (has("head_dim")) {
+    a.head_dim = dimension("head_dim");
+  } else {
+    if (hidden % a.heads != 0) {
+      fail("num_attention_heads", "= " + std::to_string(a.heads) + " must divide hidden_size = " +
+                                      std::to_string(hidden) + " (or give head_dim)");
+    }
+    a.head_dim = hidden / a.heads;
+  }
+  return a;
 }
 
 int64_t HfConfig::integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }

@@ -10,6 +10,13 @@
 
 namespace superoffload::model {
 
+// The attention shape of a Llama-style config.json (num_attention_heads, num_key_value_heads,
+// head_dim), checked: every count positive, kv heads dividing heads, and head_dim given or
+// hidden_size divisible by the heads.
+struct AttentionHeads {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+};
+
 class HfConfig {
  public:
   // Throws superoffload::Error naming `path` when the text is not a JSON object.
@@ -31,6 +38,17 @@ class HfConfig {
   bool boolean(const std::string& key, bool fallback) const;
   std::string string(const std::string& key, const std::string& fallback) const;
   std::vector<std::string> strings(const std::string& key) const;  // empty when absent
+  // Dimensions and counts: an integer in [1, 2^24] (larger cannot be a layer of a model that
+  // fits a node). Anything else is an error naming the file, the key and the value.
+  int64_t dimension(const std::string& key) const;
+  int64_t dimension(const std::string& key, int64_t fallback) const;
+  // Epsilons, rope theta and the like: a finite number > 0.
+  double positive_number(const std::string& key, double fallback) const;
+  // num_attention_heads, num_key_value_heads (default: heads) and head_dim (default:
+  // hidden / heads), checked as AttentionHeads says.
+  AttentionHeads attention_heads(int64_t hidden) const;
+  // An error about `key` that the typed accessors cannot see (consistency between keys).
+  [[noreturn]] void invalid(const std::string& key, const std::string& problem) const { fail(key, problem); }
   // A nested object (e.g. "rope_parameters"); null json when absent.
   const nlohmann::json& object(const std::string& key) const;
 

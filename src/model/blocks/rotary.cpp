@@ -20,6 +20,10 @@ Rotary::Rotary(const HfConfig& config, int64_t head_dim, const nlohmann::json& d
   }
   if (!params.contains("rope_theta")) params["rope_theta"] = config.number("rope_theta", default_theta);
   std::string type = params.value("rope_type", params.value("type", std::string("default")));
+  if (!params["rope_theta"].is_number() || !(params["rope_theta"].get<double>() > 0) ||
+      !std::isfinite(params["rope_theta"].get<double>())) {
+    config.invalid("rope_theta", "= " + params["rope_theta"].dump() + " must be a finite number > 0");
+  }
   const double theta = params["rope_theta"].get<double>();
   const double partial = params.value("partial_rotary_factor", config.number("partial_rotary_factor", 1.0));
   rotary_dim_ = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
