@@ -1,6 +1,7 @@
 // Token files.
 #include "data/token_arrays.hpp"
 
+#include <cstdint>
 #include <filesystem>
 
 #include "base/error.hpp"
@@ -14,7 +15,24 @@ TokenArrays read_token_file(const std::string& path) {
   SO_CHECK(file.has("tokens"), path << " has no dataset \"tokens\""
                                     << hint("write it with superoffload prepare (see datasets/README.md)"));
   TokenArrays arrays;
-  auto tokens = file.read_uint32("tokens");
+  // HDF5 would convert any stored type: floats truncated, negative ids clipped to 0. Only
+  // integers are token ids, and each must fit the 32-bit ids the dataset holds.
+  const auto stored = file.stored_type("tokens");
+  SO_CHECK(stored.integer, path << ": dataset \"tokens\" holds " << stored.describe() << " values, not token ids"
+                                << hint("token ids are integers; write them with superoffload prepare"));
+  io::Array<uint32_t> tokens;
+  if (stored.is_signed || stored.bytes > 4) {
+    auto wide = file.read_int64("tokens");
+    for (size_t i = 0; i < wide.values.size(); ++i) {
+      SO_CHECK(wide.values[i] >= 0 && wide.values[i] <= int64_t{UINT32_MAX},
+               path << ": dataset \"tokens\" element " << i << " is " << wide.values[i]
+                    << ", not a token id (ids lie in [0, 2^32))" << hint("the file is corrupt or not a token file"));
+    }
+    tokens.shape = wide.shape;
+    tokens.values.assign(wide.values.begin(), wide.values.end());
+  } else {
+    tokens = file.read_uint32("tokens");
+  }
   arrays.tokens = std::move(tokens.values);
   if (tokens.shape.size() == 2) {
     arrays.row_length = static_cast<int64_t>(tokens.shape[1]);

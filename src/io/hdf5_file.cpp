@@ -70,6 +70,22 @@ Array<T> read_all(const Hdf5File& file, hid_t dataset, hid_t memory_type, const 
 
 }  // namespace
 
+std::string StoredType::describe() const {
+  return std::string(integer ? (is_signed ? "int" : "uint") : "non-integer ") + std::to_string(8 * bytes) +
+         (integer ? "" : "-bit");
+}
+
+StoredType Hdf5File::stored_type(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  const Hdf5Handle type(H5Dget_type(set.get()), H5Tclose);
+  SO_CHECK(type.get() >= 0, "reading the type of " << path_ << ":" << dataset);
+  StoredType stored;
+  stored.integer = H5Tget_class(type.get()) == H5T_INTEGER;
+  stored.is_signed = stored.integer && H5Tget_sign(type.get()) == H5T_SGN_2;
+  stored.bytes = H5Tget_size(type.get());
+  return stored;
+}
+
 Array<int64_t> Hdf5File::read_int64(const std::string& dataset) const {
   const auto set = open_dataset(dataset);
   return read_all<int64_t>(*this, set.get(), H5T_NATIVE_INT64, dataset, shape(dataset));

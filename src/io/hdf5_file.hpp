@@ -36,6 +36,14 @@ class Hdf5Handle {
   Closer closer_ = nullptr;
 };
 
+// How a dataset's elements are stored: integer or not, signedness and width.
+struct StoredType {
+  bool integer = false;
+  bool is_signed = false;
+  size_t bytes = 0;
+  std::string describe() const;  // "int64", "uint32", "float32", "other (class 6)"…
+};
+
 template <class T>
 struct Array {
   std::vector<hsize_t> shape;
@@ -56,6 +64,7 @@ class Hdf5File {
   const std::string& path() const { return path_; }
   bool has(const std::string& dataset) const;
   std::vector<hsize_t> shape(const std::string& dataset) const;
+  StoredType stored_type(const std::string& dataset) const;
   // Values are converted by HDF5 from the stored integer / float type.
   Array<int64_t> read_int64(const std::string& dataset) const;
   Array<float> read_float(const std::string& dataset) const;

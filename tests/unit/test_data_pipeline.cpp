@@ -10,10 +10,12 @@
 
 #include "base/error.hpp"
 #include "data/jsonl_reader.hpp"
+#include "data/token_arrays.hpp"
 #include "data/prepare.hpp"
 #include "data/record_tokenizer.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace d = superoffload::data;
 namespace fs = std::filesystem;
@@ -170,6 +172,40 @@ TEST_F(DataPipeline, BadRecordsNameFileAndLine) {
   } catch (const superoffload::Error& e) {
     EXPECT_NE(std::string(e.what()).find("f.jsonl:7: the record has no \"output\""), std::string::npos) << e.what();
   }
+}
+
+// A token file whose "tokens" are not non-negative integers is refused, naming the file, the
+// type or the first bad element: HDF5 would otherwise convert floats and clip negative ids to 0.
+TEST_F(DataPipeline, TokenFilesHoldNonNegativeIntegerIdsOnly) {
+  const auto path = (dir_ / "tokens.h5").string();
+  auto message_of = [&] {
+    try {
+      d::read_token_file(path);
+    } catch (const superoffload::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  {
+    auto file = superoffload::io::Hdf5File::create(path);
+    const float values[] = {1, 2, 3.5f};
+    file.write_float("tokens", {3}, values);
+  }
+  auto message = message_of();
+  EXPECT_NE(message.find(path + ": dataset \"tokens\" holds non-integer 32-bit values"), std::string::npos) << message;
+  {
+    auto file = superoffload::io::Hdf5File::create(path);
+    const int64_t values[] = {5, 7, -3, 9};
+    file.write_int64("tokens", {4}, values);
+  }
+  message = message_of();
+  EXPECT_NE(message.find(path + ": dataset \"tokens\" element 2 is -3, not a token id"), std::string::npos) << message;
+  {
+    auto file = superoffload::io::Hdf5File::create(path);
+    const int64_t values[] = {5, 7, 3, 9};
+    file.write_int64("tokens", {4}, values);
+  }
+  EXPECT_EQ(d::read_token_file(path).tokens, (std::vector<uint32_t>{5, 7, 3, 9}));  // int64 ids load
 }
 
 TEST_F(DataPipeline, FormatIsDetectedFromTheFirstRecord) {
