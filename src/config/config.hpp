@@ -15,6 +15,7 @@ struct ModelConfig {
   std::string path;             // required: HuggingFace model directory
   std::string plugin = "auto";  // "auto", a plugin name, or a path to a plugin .so
   InitMode init = InitMode::automatic;
+  bool allow_non_finite_weights = false;  // load weights holding NaN/inf instead of refusing them
 };
 
 struct DataConfig {

@@ -72,6 +72,9 @@ std::vector<Section> build_schema() {
     b.add("init", &ModelConfig::init,
           "\"auto\": load safetensors weights if present, else random; \"pretrained\": require weights; \"random\": "
           "initialise from initializer_range.");
+    b.add("allow_non_finite_weights", &ModelConfig::allow_non_finite_weights,
+          "Load safetensors weights that hold NaN or inf. By default such weights are refused, naming the tensor "
+          "and the count: they give a non-finite loss from the first step.");
   }
   {
     SectionBuilder<DataConfig> b(s, "data", "Training data and how it becomes token sequences.", &Config::data);

@@ -2,13 +2,17 @@
 #include "data/byte_level_bpe.hpp"
 
 #include <algorithm>
-#include <limits>
+#include <functional>
+#include <queue>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 
 namespace superoffload::data {
 namespace {
+
+// Pieces longer than this are tokenized but not cached.
+constexpr size_t kMaxCachedPieceBytes = 256;
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -23,6 +27,18 @@ size_t utf8_length(unsigned char lead) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (c & 0x80); }
+
+// Token ids are array indices here (id → token) and embedding rows in the model: each must be
+// a non-negative integer, and below a bound that keeps the id table allocatable (2^24 is 64
+// times the largest vocabulary published).
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
+int32_t token_id_value(const nlohmann::json& value, const std::string& source, const std::string& what) {
+  SO_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < kMaxTokenId,
+           source << ": " << what << " has id " << value.dump() << "; token ids are integers in [0, " << kMaxTokenId
+                  << ")" << hint("the tokenizer file is corrupt or was edited by hand; take it from the base model"));
+  return static_cast<int32_t>(value.get<int64_t>());
+}
 
 // The special-token ids a post-processor puts before and after a single sequence.
 void parse_post_processor(const nlohmann::json& spec, const std::string& source, SpecialTokens& special) {
@@ -44,14 +60,15 @@ void parse_post_processor(const nlohmann::json& spec, const std::string& source,
       SO_CHECK(spec.at("special_tokens").contains(name),
                source << ": the post-processor template names \"" << name << "\", which it does not define");
       for (const auto& id : spec.at("special_tokens").at(name).at("ids")) {
-        (after ? special.suffix : special.prefix).push_back(id.get<int32_t>());
+        (after ? special.suffix : special.prefix)
+            .push_back(token_id_value(id, source, "post-processor special token \"" + name + "\""));
       }
     }
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    special.prefix.push_back(spec.at("cls").at(1).get<int32_t>());
-    special.suffix.push_back(spec.at("sep").at(1).get<int32_t>());
+    special.prefix.push_back(token_id_value(spec.at("cls").at(1), source, "post-processor cls token"));
+    special.suffix.push_back(token_id_value(spec.at("sep").at(1), source, "post-processor sep token"));
     return;
   }
   SO_FAIL(source << ": post-processor \"" << type
@@ -76,20 +93,36 @@ ByteLevelBpe::ByteLevelBpe(const nlohmann::json& tokenizer, const std::string& s
   SO_CHECK(!model.contains("dropout") || model["dropout"].is_null(),
            source << ": BPE dropout is a training-time augmentation and is not supported");
 
+  SO_CHECK(model.at("vocab").is_object(), source << ": model.vocab is not an object of token → id");
   int32_t max_id = -1;
-  for (const auto& [token, id] : model.at("vocab").items()) {
-    vocab_.emplace(token, id.get<int32_t>());
-    max_id = std::max(max_id, id.get<int32_t>());
+  std::unordered_map<int32_t, std::string> token_of;  // to name both tokens of a duplicate id
+  for (const auto& [token, id_value] : model.at("vocab").items()) {
+    const int32_t id = token_id_value(id_value, source, "vocabulary token \"" + token + "\"");
+    const auto [other, fresh] = token_of.emplace(id, token);
+    SO_CHECK(fresh, source << ": vocabulary tokens \"" << other->second << "\" and \"" << token << "\" share id " << id
+                           << hint("each id names one token; the file is corrupt"));
+    vocab_.emplace(token, id);
+    max_id = std::max(max_id, id);
   }
   for (const auto& added : tokenizer.value("added_tokens", nlohmann::json::array())) {
-    AddedToken t{added.at("content").get<std::string>(), added.at("id").get<int32_t>(), added.value("lstrip", false),
-                 added.value("rstrip", false), added.value("single_word", false)};
+    const auto content = added.at("content").get<std::string>();
+    AddedToken t{content, token_id_value(added.at("id"), source, "added token \"" + content + "\""),
+                 added.value("lstrip", false), added.value("rstrip", false), added.value("single_word", false)};
     SO_CHECK(!t.content.empty(), source << ": added token " << t.id << " is empty");
+    // GPT-2 style files list "<|endoftext|>" in the vocabulary and as an added token with the
+    // same id; an added token taking another token's id would make decoding ambiguous.
+    const auto vocab_token = token_of.find(t.id);
+    SO_CHECK(vocab_token == token_of.end() || vocab_token->second == t.content,
+             source << ": added token \"" << t.content << "\" has id " << t.id << ", which the vocabulary gives to \""
+                    << vocab_token->second << "\"" << hint("each id names one token; the file is corrupt"));
+    const auto [other, fresh] = added_by_id_.emplace(t.id, t.content);
+    SO_CHECK(fresh, source << ": added tokens \"" << other->second << "\" and \"" << t.content << "\" share id " << t.id
+                           << hint("each id names one token; the file is corrupt"));
     max_id = std::max(max_id, t.id);
-    added_by_id_.emplace(t.id, t.content);
     added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
     added_.push_back(std::move(t));
   }
+  SO_CHECK(max_id >= 0, source << ": the vocabulary is empty");
   std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
@@ -209,27 +242,60 @@ void ByteLevelBpe::encode_piece(const std::string& piece, std::vector<int32_t>& 
     }
     i += length;
   }
-  // Merge the adjacent pair of lowest rank (leftmost on ties) until no pair merges: the
-  // same order as HF's BPE. Pieces are short, so a linear scan per merge is enough.
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
-    size_t best = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto merge = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (merge != merges_.end() && merge->second.first < best_rank) {
-        best_rank = merge->second.first;
-        best_id = merge->second.second;
-        best = i;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-  }
+  merge_symbols(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
+  if (piece.size() > kMaxCachedPieceBytes) return;  // a blob seen once; caching it only costs memory
   const std::lock_guard lock(cache_mutex_);
   if (cache_.size() > (1u << 18)) cache_.clear();
   cache_.emplace(piece, std::move(symbols));
+}
+
+// HF's order: repeatedly merge the adjacent pair of lowest rank, the leftmost one on ties.
+// Rescanning the word for every merge is quadratic in its length (a 80,000-character base64
+// blob took 42 s), so the candidate pairs wait in a min-heap keyed by (rank, position) over a
+// linked list of symbols: O(n log n). A merge invalidates its neighbours' entries lazily —
+// an entry is acted on only if both of its symbols are still the ones it was made for.
+void ByteLevelBpe::merge_symbols(std::vector<int32_t>& symbols) const {
+  const auto n = static_cast<int32_t>(symbols.size());
+  if (n < 2) return;
+  struct Candidate {
+    int32_t rank, position, left, right;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : position > other.position;
+    }
+  };
+  std::vector<int32_t> next(static_cast<size_t>(n)), previous(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    previous[static_cast<size_t>(i)] = i - 1;
+  }
+  std::vector<bool> alive(static_cast<size_t>(n), true);
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto offer = [&](int32_t position) {
+    if (position < 0) return;
+    const int32_t right = next[static_cast<size_t>(position)];
+    if (right < 0) return;
+    const int32_t a = symbols[static_cast<size_t>(position)], b = symbols[static_cast<size_t>(right)];
+    const auto merge = merges_.find(pair_key(a, b));
+    if (merge != merges_.end()) heap.push({merge->second.first, position, a, b});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) offer(i);
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    const auto at = static_cast<size_t>(top.position);
+    const int32_t right = next[at];
+    if (!alive[at] || right < 0 || symbols[at] != top.left || symbols[static_cast<size_t>(right)] != top.right) continue;
+    symbols[at] = merges_.at(pair_key(top.left, top.right)).second;
+    alive[static_cast<size_t>(right)] = false;
+    next[at] = next[static_cast<size_t>(right)];
+    if (next[at] >= 0) previous[static_cast<size_t>(next[at])] = top.position;
+    offer(previous[at]);
+    offer(top.position);
+  }
+  size_t kept = 0;
+  for (int32_t i = 0; i >= 0; i = next[static_cast<size_t>(i)]) symbols[kept++] = symbols[static_cast<size_t>(i)];
+  symbols.resize(kept);
 }
 
 std::string ByteLevelBpe::decode(const std::vector<int32_t>& ids) const {

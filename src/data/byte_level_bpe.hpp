@@ -37,6 +37,8 @@ class ByteLevelBpe final : public Tokenizer {
     bool lstrip, rstrip, single_word;
   };
   void encode_piece(const std::string& piece, std::vector<int32_t>& out) const;
+  // Applies the merges to a piece's symbols in HF's order, in O(n log n).
+  void merge_symbols(std::vector<int32_t>& symbols) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
   // The added token matching at `position` (longest first), or nullptr.
   const AddedToken* added_at(std::string_view text, size_t position) const;

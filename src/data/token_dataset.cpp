@@ -21,9 +21,20 @@ TokenDataset::TokenDataset(TokenArrays arrays, int64_t seq_len, const std::strin
   }
   SO_CHECK(samples_ > 0, source << " holds fewer than seq_len + 1 = " << seq_len_ + 1 << " tokens");
   if (vocab_size > 0) {
-    const auto largest = std::max_element(arrays_.tokens.begin(), arrays_.tokens.end());
-    SO_CHECK(*largest < vocab_size, source << ": token id " << *largest << " is outside the model's vocabulary of "
-                                           << vocab_size << hint("the data was tokenized for another model"));
+    const auto bad = std::find_if(arrays_.tokens.begin(), arrays_.tokens.end(),
+                                  [&](uint32_t id) { return static_cast<int64_t>(id) >= vocab_size; });
+    if (bad != arrays_.tokens.end()) {
+      const auto index = bad - arrays_.tokens.begin();
+      std::string where = "element " + std::to_string(index);
+      if (arrays_.row_length > 0) {
+        where += " (sample " + std::to_string(index / arrays_.row_length) + ", position " +
+                 std::to_string(index % arrays_.row_length) + ")";
+      }
+      SO_FAIL(source << ": token " << where << " is id " << *bad << ", outside the model's vocabulary of " << vocab_size
+                     << " (ids lie in [0, " << vocab_size << "))"
+                     << hint("the data was tokenized for another model, or the tokenizer has more tokens than "
+                             "config.json's vocab_size"));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // and its special tokens from tokenizer_config.json and config.json.
 #include "data/tokenizer.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -56,9 +57,12 @@ std::optional<std::string> token_text(const nlohmann::json& config, const char* 
 std::optional<int32_t> config_id(const nlohmann::json& config, const char* key) {
   if (!config.contains(key)) return std::nullopt;
   const auto& value = config[key];
-  if (value.is_number_integer()) return value.get<int32_t>();
-  if (value.is_array() && !value.empty() && value[0].is_number_integer()) return value[0].get<int32_t>();
-  return std::nullopt;
+  const auto& first = value.is_array() && !value.empty() ? value[0] : value;
+  if (!first.is_number_integer()) return std::nullopt;
+  const auto id = first.get<int64_t>();
+  SO_CHECK(id >= 0 && id <= INT32_MAX, "config.json: " << key << " = " << id << " is not a token id"
+                                                        << hint("token ids are non-negative integers"));
+  return static_cast<int32_t>(id);
 }
 
 bool is_byte_level(const nlohmann::json& tokenizer) {
@@ -128,9 +132,17 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     if (tokenizer_config.value("add_bos_token", true) && special.bos) special.prefix.push_back(*special.bos);
     if (tokenizer_config.value("add_eos_token", false) && special.eos) special.suffix.push_back(*special.eos);
   }
-  for (const auto id : {special.bos, special.eos, special.pad}) {
+  for (const auto& [name, id] : {std::pair{"bos", special.bos}, std::pair{"eos", special.eos}, std::pair{"pad", special.pad}}) {
     SO_CHECK(!id || (*id >= 0 && *id < tokenizer->vocab_size()),
-             dir.string() << ": special token id " << *id << " is outside the vocabulary of " << tokenizer->vocab_size());
+             dir.string() << ": the " << name << " token id " << *id << " is outside the tokenizer's vocabulary of "
+                          << tokenizer->vocab_size() << hint(std::string("check ") + name + "_token in tokenizer_config.json and " + name + "_token_id in config.json"));
+  }
+  for (const auto& ids : {special.prefix, special.suffix}) {
+    for (const auto id : ids) {
+      SO_CHECK(id >= 0 && id < tokenizer->vocab_size(),
+               dir.string() << ": the post-processor adds token id " << id << ", outside the tokenizer's vocabulary of "
+                            << tokenizer->vocab_size());
+    }
   }
   tokenizer->set_special(std::move(special));
   return tokenizer;

@@ -11,7 +11,7 @@
 namespace superoffload::model {
 
 LoadedModel load_model(const std::string& directory, const std::string& plugin, config::InitMode init,
-                       uint64_t seed, bool defer) {
+                       uint64_t seed, bool defer, NonFiniteWeights non_finite) {
   SO_CHECK(std::filesystem::is_directory(directory),
            "model directory " << directory << " does not exist" << hint("[model] path / --model must name a HuggingFace model directory"));
   LoadedModel out{HfConfig::load((std::filesystem::path(directory) / "config.json").string()), {}, nullptr, false};
@@ -36,7 +36,9 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     auto checkpoint = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(directory));
     check_weights(*out.model, *checkpoint);  // every name, before any layer is read
     auto model = out.model;
-    out.materialize = [model, checkpoint](size_t layer) { load_layer_weights(*model, layer, *checkpoint); };
+    out.materialize = [model, checkpoint, non_finite](size_t layer) {
+      load_layer_weights(*model, layer, *checkpoint, non_finite);
+    };
     out.pretrained = true;
   }
   if (!defer) {

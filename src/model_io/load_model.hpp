@@ -10,6 +10,7 @@
 #include "model/causal_lm.hpp"
 #include "model/hf_config.hpp"
 #include "model_io/plugin_loader.hpp"
+#include "model_io/weights.hpp"
 
 namespace superoffload::model {
 
@@ -28,6 +29,6 @@ struct LoadedModel {
 // filled here: the caller materialises them one at a time (the ZeRO engine does, sharding
 // each before the next, so that no rank ever holds the whole model).
 LoadedModel load_model(const std::string& directory, const std::string& plugin, config::InitMode init,
-                       uint64_t seed, bool defer = false);
+                       uint64_t seed, bool defer = false, NonFiniteWeights non_finite = NonFiniteWeights::refuse);
 
 }  // namespace superoffload::model

@@ -208,6 +208,11 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
   return out;
 }
 
+std::filesystem::path SafetensorsCheckpoint::path_of(const std::string& name) const {
+  auto it = shard_of_.find(name);
+  return it == shard_of_.end() ? directory_ : directory_ / it->second;
+}
+
 const TensorView& SafetensorsCheckpoint::get(const std::string& name) {
   auto it = shard_of_.find(name);
   if (it == shard_of_.end()) {

@@ -60,6 +60,8 @@ class SafetensorsCheckpoint {
   // Throws naming the tensor and the checkpoint when absent.
   const TensorView& get(const std::string& name);
   bool contains(const std::string& name) const { return shard_of_.count(name) != 0; }
+  // The file that holds `name` (for messages); the directory when the name is unknown.
+  std::filesystem::path path_of(const std::string& name) const;
 
  private:
   std::filesystem::path directory_;

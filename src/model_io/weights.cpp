@@ -65,6 +65,35 @@ at::Tensor dequantize_mxfp4(const TensorView& blocks_view, const TensorView& sca
   return values.reshape(shape).transpose(1, 2).contiguous();  // [experts, in, out]
 }
 
+bool is_float(DType dtype) {
+  return dtype == DType::F64 || dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
+}
+
+// A parameter is read only from a floating-point tensor: an I32 tensor has the byte size of
+// an F32 one, and converting its integers to float would train on garbage without a word.
+// FP8 tensors are refused as well: every published FP8 checkpoint needs per-block scales
+// that a plain conversion would ignore.
+const TensorView& float_tensor(SafetensorsCheckpoint& checkpoint, const std::string& stored) {
+  const auto& view = checkpoint.get(stored);
+  if (!is_float(view.dtype)) {
+    throw Error(checkpoint.path_of(stored).string() + ": tensor \"" + stored + "\" is stored as " +
+                    dtype_name(view.dtype) + ", but a parameter is read only from F32, BF16, F16 or F64",
+                "integer or FP8 data is never reinterpreted as weights; export the checkpoint again in a float type",
+                Error::UserInput{});
+  }
+  return view;
+}
+
+const TensorView& byte_tensor(SafetensorsCheckpoint& checkpoint, const std::string& stored) {
+  const auto& view = checkpoint.get(stored);
+  if (view.dtype != DType::U8) {
+    throw Error(checkpoint.path_of(stored).string() + ": MXFP4 tensor \"" + stored + "\" is stored as " +
+                    dtype_name(view.dtype) + ", but MXFP4 blocks and scales are U8",
+                "the checkpoint is not in the MXFP4 layout this plugin reads; export it again", Error::UserInput{});
+  }
+  return view;
+}
+
 }  // namespace
 
 at::ScalarType scalar_type_of(DType dtype) {
@@ -135,28 +164,41 @@ void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   }
 }
 
-void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint) {
+void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint,
+                        NonFiniteWeights non_finite) {
   torch::NoGradGuard no_grad;
-  {
-    const auto& layer = model.layers().at(layer_index);
-    for (auto& [name, parameter] : layer->hf_parameters()) {
-      const auto stored = checkpoint_name(model, checkpoint, name);
-      const auto source = is_mxfp4(checkpoint, stored)
-                              ? dequantize_mxfp4(checkpoint.get(stored + "_blocks"), checkpoint.get(stored + "_scales"))
-                              : as_tensor(checkpoint.get(stored));
-      if (source.sizes() != parameter.sizes()) {
-        throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
-                        shape_text(parameter.sizes()) + " in the model",
-                    "check that config.json belongs to these weights", Error::UserInput{});
+  const auto& layer = model.layers().at(layer_index);
+  for (auto& [name, parameter] : layer->hf_parameters()) {
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    const bool mxfp4 = is_mxfp4(checkpoint, stored);
+    const auto source = mxfp4 ? dequantize_mxfp4(byte_tensor(checkpoint, stored + "_blocks"),
+                                                 byte_tensor(checkpoint, stored + "_scales"))
+                              : as_tensor(float_tensor(checkpoint, stored));
+    if (source.sizes() != parameter.sizes()) {
+      throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
+                      shape_text(parameter.sizes()) + " in the model",
+                  "check that config.json belongs to these weights", Error::UserInput{});
+    }
+    parameter.copy_(source);  // converts dtype and device
+    // Counted after the conversion: an F32 value beyond F16's range becomes inf here too.
+    if (non_finite == NonFiniteWeights::refuse) {
+      const auto count = parameter.isfinite().logical_not().sum().item<int64_t>();
+      if (count > 0) {
+        throw Error(checkpoint.path_of(mxfp4 ? stored + "_blocks" : stored).string() + ": tensor \"" + stored +
+                        "\" holds " + std::to_string(count) + " non-finite value(s) (NaN or inf) of " +
+                        std::to_string(parameter.numel()) + " after conversion to " +
+                        std::string(c10::toString(parameter.scalar_type())),
+                    "training from these weights gives a NaN loss from the first step; use other weights, or set "
+                    "[model] allow_non_finite_weights = true if this is intended",
+                    Error::UserInput{});
       }
-      parameter.copy_(source);  // converts dtype and device
     }
   }
 }
 
-void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint) {
+void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint, NonFiniteWeights non_finite) {
   check_weights(model, checkpoint);
-  for (size_t i = 0; i < model.layers().size(); ++i) load_layer_weights(model, i, checkpoint);
+  for (size_t i = 0; i < model.layers().size(); ++i) load_layer_weights(model, i, checkpoint, non_finite);
 }
 
 }  // namespace superoffload::model

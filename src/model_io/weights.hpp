@@ -18,10 +18,16 @@ at::Tensor as_tensor(const TensorView& view);
 // Checks that `checkpoint` has exactly the model's tensors; throws naming the missing and
 // unexpected ones.
 void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint);
+// What loading does with NaN or inf in a checkpoint's weights ([model] allow_non_finite_weights).
+enum class NonFiniteWeights { refuse, allow };
+
 // Copies one layer's parameters from `checkpoint` (read from the memory map, converted).
-// Throws naming the first tensor whose shape differs.
-void load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint);
+// Throws naming the first tensor that is not stored as a float type (MXFP4 blocks and scales:
+// U8), whose shape differs, or (unless allowed) that holds a non-finite value.
+void load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint,
+                        NonFiniteWeights non_finite = NonFiniteWeights::refuse);
 // check_weights, then every layer.
-void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint);
+void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint,
+                  NonFiniteWeights non_finite = NonFiniteWeights::refuse);
 
 }  // namespace superoffload::model

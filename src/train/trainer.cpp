@@ -197,7 +197,9 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
   if (cfg.runtime.check_memory) check_memory_fits(cfg, world, device.is_cuda());
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
-                                  /*defer=*/true);
+                                  /*defer=*/true,
+                                  cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow
+                                                                     : model::NonFiniteWeights::refuse);
   const auto shape = loaded.model->shape();
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
   zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device), loaded.materialize);

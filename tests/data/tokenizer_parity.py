@@ -131,6 +131,36 @@ def compare(name, got, expected_ids, expected_special, expected_text=None):
     return failures
 
 
+def long_words(probe, name, tok, directory, work):
+    """A 1,000,000-character word (and a base64-like blob) must tokenize in seconds, as HF's.
+
+    Long runs without spaces (minified code, base64, URLs) are single pre-tokenizer pieces;
+    a merge loop that rescans the piece per merge is quadratic in their length."""
+    import random
+    import time
+    rng = random.Random(20)
+    letters = "".join(rng.choice("etaoinshrdlucmfwypvbgkqjxz") for _ in range(1_000_000))
+    blob = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") for _ in range(200_000))
+    texts = [letters, blob]
+    start = time.monotonic()
+    got = run_probe(probe, directory, texts, work)
+    seconds = time.monotonic() - start
+    failures = 0
+    for text, mine in zip(texts, got["ids"]):
+        theirs = tok.encode(text, add_special_tokens=False).ids
+        if mine != theirs:
+            failures += 1
+            first = next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            print(f"FAIL {name}: a {len(text)}-character word differs at token {first} "
+                  f"(lengths {len(mine)} / {len(theirs)})")
+    if seconds > 20:
+        failures += 1
+        print(f"FAIL {name}: long words took {seconds:.1f} s to tokenize (quadratic merging?)")
+    print(f"{name}: long words (1,000,000 letters; 200,000 base64 characters) "
+          f"{'identical' if failures == 0 else 'differ'}, {seconds:.2f} s including start-up")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--probe", required=True)
@@ -150,6 +180,8 @@ def main():
             special = [tok.encode(t).ids for t in TEXTS]
             expected_text = [tok.decode(i, skip_special_tokens=False) for i in ids]
             failures += compare(f"byte-level BPE, {style} style", got, ids, special, expected_text)
+            if style in ("gpt2", "llama3"):
+                failures += long_words(args.probe, f"byte-level BPE, {style} style", tok, directory, work)
             eos = tok.token_to_id(config["eos_token"])
             if got["eos"] != eos:
                 failures += 1

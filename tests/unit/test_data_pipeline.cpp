@@ -4,6 +4,8 @@
 // tokenizer (byte b is id b, BOS 256, EOS 257, PAD 258), so expected ids are plain bytes.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -206,6 +208,60 @@ TEST_F(DataPipeline, TokenFilesHoldNonNegativeIntegerIdsOnly) {
     file.write_int64("tokens", {4}, values);
   }
   EXPECT_EQ(d::read_token_file(path).tokens, (std::vector<uint32_t>{5, 7, 3, 9}));  // int64 ids load
+}
+
+TEST_F(DataPipeline, TokenIdsOutsideTheVocabularyAreNamedByPosition) {
+  d::TokenArrays arrays;
+  arrays.tokens = {1, 2, 3, 4, 52, 53, 7, 8};
+  arrays.row_length = 4;
+  try {
+    d::TokenDataset dataset(arrays, 3, "data.h5", 53);
+    ADD_FAILURE() << "id 53 of a vocabulary of 53 was accepted";
+  } catch (const superoffload::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.h5: token element 5 (sample 1, position 1) is id 53, outside the "
+                                         "model's vocabulary of 53"),
+              std::string::npos)
+        << e.what();
+  }
+  arrays.tokens[5] = 0;
+  EXPECT_EQ(d::TokenDataset(arrays, 3, "data.h5", 53).size(), 2);
+}
+
+// tokenizer.json edited into a hostile one: each id problem is refused naming the file and
+// the token (a negative added-token id used to be accepted; a huge one sized the id table).
+TEST_F(DataPipeline, TokenizerIdsAreCheckedWhenLoaded) {
+  std::ifstream in(kDemoModel + "/tokenizer.json");
+  const auto valid = nlohmann::json::parse(in);
+  const auto path = dir_ / "tokenizer.json";
+  auto message_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    auto tokenizer = valid;
+    edit(tokenizer);
+    std::ofstream(path) << tokenizer.dump();
+    try {
+      d::load_tokenizer(path.string());
+    } catch (const superoffload::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message_of([](nlohmann::json&) {}), "");
+  const auto file = path.string() + ": ";
+  auto message = message_of([](nlohmann::json& t) { t["added_tokens"][1]["id"] = -4; });
+  EXPECT_NE(message.find(file + "added token \"</s>\" has id -4; token ids are integers in [0, 16777216)"),
+            std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["added_tokens"][1]["id"] = 4000000000LL; });
+  EXPECT_NE(message.find("has id 4000000000"), std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["model"]["vocab"]["a"] = 2.5; });
+  EXPECT_NE(message.find(file + "vocabulary token \"a\" has id 2.5"), std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["model"]["vocab"]["a"] = t["model"]["vocab"]["b"]; });
+  EXPECT_NE(message.find("share id"), std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["added_tokens"][2]["id"] = 97; });  // "a"'s id
+  EXPECT_NE(message.find(file + "added token \"<pad>\" has id 97, which the vocabulary gives to \"a\""),
+            std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["added_tokens"][2]["id"] = 256; });  // "<s>"'s id
+  EXPECT_NE(message.find("added tokens \"<s>\" and \"<pad>\" share id 256"), std::string::npos) << message;
+  message = message_of([](nlohmann::json& t) { t["post_processor"]["special_tokens"]["<s>"]["ids"][0] = -1; });
+  EXPECT_NE(message.find("post-processor special token \"<s>\" has id -1"), std::string::npos) << message;
 }
 
 TEST_F(DataPipeline, FormatIsDetectedFromTheFirstRecord) {
