@@ -3,7 +3,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <sstream>
@@ -38,6 +41,18 @@ void set_cpu_rng_state(const std::vector<uint8_t>& bytes) {
   std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
   auto generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(state);
+}
+
+// NaN and inf in a host fp32 buffer, in one pass on LibTorch's threads.
+int64_t count_non_finite(const at::Tensor& t) {
+  const float* data = t.const_data_ptr<float>();
+  return at::parallel_reduce(
+      int64_t{0}, t.numel(), int64_t{1} << 16, int64_t{0},
+      [&](int64_t begin, int64_t end, int64_t count) {
+        for (int64_t i = begin; i < end; ++i) count += std::isfinite(data[i]) ? 0 : 1;
+        return count;
+      },
+      [](int64_t a, int64_t b) { return a + b; });
 }
 
 std::string shape_text(const nlohmann::json& shape) {
@@ -84,6 +99,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
     layout.push_back({{"prefix", layers[l].layer().hf_prefix()}, {"numel", l_layout.numel()},
                       {"shard_numel", l_layout.shard_numel()}, {"parameters", parameters}});
   }
+  refuse_non_finite_weights(states, position.step);
   nlohmann::json manifest;
   manifest["layers"] = layout;
   manifest["model"] = model_;
@@ -135,6 +151,39 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
       writer_error_ = std::current_exception();
     }
   });
+}
+
+// A checkpoint of non-finite weights must never become `latest`: a requeued job would resume
+// from it and lose the run. Skipped steps keep NaN out of the weights, so this fires only
+// when something else went wrong; the job ends with the previous checkpoint still latest.
+// Weights loaded with [model] allow_non_finite_weights are saved with a warning instead.
+void TrainingCheckpoints::refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step) {
+  int64_t counts[2] = {0, -1};  // non-finite values; first layer holding one (max over ranks)
+  for (size_t l = 0; l < states.size(); ++l) {
+    const auto n = count_non_finite(states[l].master);
+    counts[0] += n;
+    if (n > 0 && counts[1] < 0) counts[1] = static_cast<int64_t>(l);
+  }
+  int64_t total = counts[0], first_layer = counts[1];
+  SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, world_.world()));
+  if (first_layer < 0) first_layer = INT64_MAX;
+  SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first_layer, 1, MPI_INT64_T, MPI_MIN, world_.world()));
+  if (total == 0) return;
+  const auto& prefix = engine_.layers()[static_cast<size_t>(first_layer)].layer().hf_prefix();
+  if (config_.model.allow_non_finite_weights) {
+    if (world_.rank() == 0) {
+      SO_LOG(warning) << "the weights hold " << total << " non-finite value(s) at step " << step << " (first in layer "
+                      << first_layer << ", " << prefix << "); saved anyway: [model] allow_non_finite_weights = true";
+    }
+    return;
+  }
+  const auto latest = io::read_latest(root_);
+  std::ostringstream message;
+  message << "the weights hold " << total << " non-finite value(s) (NaN or inf) at step " << step << ", first in layer "
+          << first_layer << " (" << prefix << "): the checkpoint of step " << step << " is not written, and "
+          << (latest.empty() ? std::string("no checkpoint is 'latest'") : "'latest' still names " + latest.string());
+  throw Error(message.str(), "the run diverged: lower [optimizer] lr or enable [training] gradient_clipping",
+              Error::UserInput{});
 }
 
 void TrainingCheckpoints::wait() {

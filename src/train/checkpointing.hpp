@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "data/sampler.hpp"
@@ -24,6 +25,7 @@ class ZeroEngine;
 }
 namespace superoffload::optim {
 class Optimizer;
+struct ShardState;
 }
 
 namespace superoffload::train {
@@ -58,6 +60,8 @@ class TrainingCheckpoints {
 
  private:
   void check_model_matches(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
+  // Collective: ends the job when a shard holds NaN or inf (see the definition).
+  void refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step);
   const config::Config& config_;
   zero::ZeroEngine& engine_;
   optim::Optimizer& optimizer_;

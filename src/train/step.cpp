@@ -2,6 +2,7 @@
 #include "train/step.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/error.hpp"
 #include "base/timer.hpp"
@@ -62,8 +63,14 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   return result;
 }
 
-void SkipAccounting::count(const optim::StepOutcome& outcome, int64_t step) {
+void SkipAccounting::count(const optim::StepOutcome& outcome, double loss, int64_t step) {
+  SO_CHECK(updated_ || std::isfinite(loss),
+           "the loss of step " << step << " is " << loss << " before this run has updated the weights: it is "
+                               << "non-finite from the start, so the weights or the data are at fault, not training"
+                               << hint("check the weights (NaN or inf?), config.json (rms_norm_eps, rope_theta, "
+                                       "sizes) and the data; when resuming, resume from an earlier checkpoint"));
   if (!outcome.skipped) {
+    updated_ = true;
     consecutive_ = 0;
     return;
   }

@@ -54,15 +54,18 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
                     double lr, const StepHooks& hooks = {});
 
 // Counts skipped steps; more than `limit` in a row is an error (a diverged run, or bad data).
+// A non-finite loss before this run has made any update is an error at once: the loss is then
+// a function of the loaded weights and the data alone, so skipping steps cannot help.
 class SkipAccounting {
  public:
   SkipAccounting(int64_t limit, int64_t skipped_before) : limit_(limit), total_(skipped_before) {}
-  // `step`: 1-based, for the message.
-  void count(const optim::StepOutcome& outcome, int64_t step);
+  // `loss`: the step's global loss (the same on every rank); `step`: 1-based, for messages.
+  void count(const optim::StepOutcome& outcome, double loss, int64_t step);
   int64_t total() const { return total_; }
 
  private:
   int64_t limit_, total_, consecutive_ = 0;
+  bool updated_ = false;  // a step of this run has changed the weights
 };
 
 }  // namespace superoffload::train

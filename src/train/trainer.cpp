@@ -269,7 +269,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     const double lr = schedule.at(step);
     const auto result = run_step(engine, *optimizer, batches, lr,
                                  {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
-    skips.count(result.outcome, step + 1);
+    skips.count(result.outcome, result.loss, step + 1);
     const double step_s = now_s() - step_start;
     summary.losses.push_back(result.loss);
     if (step - position.step >= t.timing_warmup_steps) {  // a resumed run warms up again
