@@ -29,7 +29,7 @@ Settings read_settings(const HfConfig& c) {
   }
   s.inner = c.dimension("n_inner", 4 * s.hidden);
   s.eps = c.positive_number("layer_norm_epsilon", 1e-5);
-  s.initializer_range = c.number("initializer_range", 0.02);
+  s.initializer_range = c.positive_number("initializer_range", 0.02);
   const auto act = c.string("activation_function", "gelu_new");
   SO_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
            c.path() << ": activation_function \"" << act << "\" is not supported by the gpt2 plugin (gelu_new)");

@@ -42,7 +42,8 @@ Settings read_settings(const HfConfig& c) {
   s.kv_heads = attention.kv_heads;
   s.head_dim = attention.head_dim;
   s.eps = c.positive_number("rms_norm_eps", 1e-6);
-  s.initializer_range = c.number("initializer_range", 0.02);
+  c.dimension("max_position_embeddings", 1);  // only validated: rotary positions need no table
+  s.initializer_range = c.positive_number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
   const std::string act = c.string("hidden_act", "silu");
   SO_CHECK(act == "silu", c.path() << ": hidden_act \"" << act << "\" is not supported by the llama plugin (silu only)");

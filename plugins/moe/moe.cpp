@@ -51,7 +51,8 @@ Settings read_settings(const HfConfig& c) {
   s.kv_heads = attention.kv_heads;
   s.head_dim = attention.head_dim;
   s.eps = c.positive_number("rms_norm_eps", 1e-6);
-  s.initializer_range = c.number("initializer_range", 0.02);
+  c.dimension("max_position_embeddings", 1);  // only validated: rotary positions need no table
+  s.initializer_range = c.positive_number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
   s.top_k = c.dimension("num_experts_per_tok");
   if (c.boolean("output_router_logits", false)) s.aux_loss_coef = c.number("router_aux_loss_coef", 0.001);

@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/stop_request.hpp"
+#include "train/run_directory.hpp"
 #include "train/trainer.hpp"
 
 namespace superoffload::app {
@@ -28,6 +29,8 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       cluster::install_stop_handlers();
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
+      // Before anything is written there: writable on every rank, and this job's alone.
+      const train::RunDirectory run_directory(cfg.training.output_dir, world);
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
       const auto binding = cluster::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? cluster::BindMode::none
                                                                                    : cluster::BindMode::automatic);

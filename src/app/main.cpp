@@ -15,7 +15,7 @@ namespace so = superoffload;
 
 int main(int argc, char** argv) {
   so::log::init(so::log::Level::info);
-  so::detail::silence_hdf5_auto_print();
+  so::detail::configure_hdf5();
   so::base::configure_host_allocator();
 
   std::optional<so::cluster::MpiWorld> world;

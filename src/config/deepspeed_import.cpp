@@ -162,7 +162,7 @@ void import_zero(const json& zero, Importer& in) {
                           "stage3_max_live_parameters", "stage3_param_persistence_threshold"}) {
     in.map_if(zero, p, key, "zero", key);
   }
-  if (zero.contains("offload_optimizer")) {
+  if (zero.contains("offload_optimizer") && zero.at("offload_optimizer").is_object()) {
     const json& off = zero.at("offload_optimizer");
     const std::string q = p + "offload_optimizer.";
     if (off.contains("device")) {
@@ -177,7 +177,7 @@ void import_zero(const json& zero, Importer& in) {
       in.map_if(off, q, key, "offload", key);
     }
   }
-  if (zero.contains("offload_param")) {
+  if (zero.contains("offload_param") && zero.at("offload_param").is_object()) {
     const json& off = zero.at("offload_param");
     const std::string device = off.value("device", std::string("none"));
     if (device == "none") {
@@ -215,6 +215,20 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
   }
 
   Importer in(name);
+  // A block of the wrong type would otherwise be ignored with a warning.
+  for (const char* block : {"optimizer", "scheduler", "zero_optimization", "bf16", "fp16"}) {
+    if (root.contains(block) && !root.at(block).is_object()) {
+      in.problem(block, "must be a JSON object, not " + root.at(block).dump());
+    }
+  }
+  if (root.contains("zero_optimization") && root.at("zero_optimization").is_object()) {
+    for (const char* block : {"offload_optimizer", "offload_param"}) {
+      const auto& zero = root.at("zero_optimization");
+      if (zero.contains(block) && !zero.at(block).is_object()) {
+        in.problem(std::string("zero_optimization.") + block, "must be a JSON object, not " + zero.at(block).dump());
+      }
+    }
+  }
   try {
     for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                             "gradient_clipping"}) {
@@ -223,16 +237,17 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
     in.map_if(root, "", "steps_per_print", "logging", "log_every_steps");
     in.map_if(root, "", "wall_clock_breakdown", "metrics", "wall_clock_breakdown");
     if (root.contains("bf16")) in.map_if(root.at("bf16"), "bf16.", "enabled", "precision", "bf16");
-    if (root.contains("fp16")) {
+    if (root.contains("fp16") && root.at("fp16").is_object()) {
       if (root.at("fp16").value("enabled", false)) {
         in.problem("fp16.enabled", "fp16 training is not supported; superoffload trains in bf16 (set \"bf16\": "
                                    "{\"enabled\": true} and drop the fp16 block)");
       }
       in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
     }
-    if (root.contains("zero_optimization")) import_zero(root.at("zero_optimization"), in);
-    if (root.contains("optimizer")) import_optimizer(root.at("optimizer"), in);
-    if (root.contains("scheduler")) import_scheduler(root.at("scheduler"), in);
+    auto block = [&](const char* key) { return root.contains(key) && root.at(key).is_object(); };
+    if (block("zero_optimization")) import_zero(root.at("zero_optimization"), in);
+    if (block("optimizer")) import_optimizer(root.at("optimizer"), in);
+    if (block("scheduler")) import_scheduler(root.at("scheduler"), in);
   } catch (const json::exception& e) {
     in.problem("(structure)", std::string("unexpected value type: ") + e.what());
   }

@@ -280,7 +280,7 @@ std::string check_constraints(const Field& field, const Value& value) {
     return std::string(field.min_exclusive ? "(" : "[") + lo + ", " + hi + (field.max && !field.max_exclusive ? "]" : ")");
   };
   auto in_range = [&](double v) {
-    if (std::isnan(v)) return false;
+    if (!std::isfinite(v)) return false;  // no setting takes NaN or inf (0 is how one is turned off)
     if (field.min && (field.min_exclusive ? v <= *field.min : v < *field.min)) return false;
     if (field.max && (field.max_exclusive ? v >= *field.max : v > *field.max)) return false;
     return true;
@@ -296,7 +296,7 @@ std::string check_constraints(const Field& field, const Value& value) {
     }
     if (!in_range(static_cast<double>(*i))) return "out of range: expected an integer in " + range_text();
   } else if (const auto* d = std::get_if<double>(&value)) {
-    if (!in_range(*d)) return "out of range: expected a number in " + range_text();
+    if (!in_range(*d)) return "out of range: expected a finite number in " + range_text();
   } else if (const auto* str = std::get_if<std::string>(&value)) {
     if (!field.choices.empty()) {
       for (const auto& c : field.choices) {

@@ -128,6 +128,8 @@ ByteLevelBpe::ByteLevelBpe(const nlohmann::json& tokenizer, const std::string& s
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = token;
 
+  SO_CHECK(model.at("merges").is_array(), source << ": model.merges must be a list of merges, not "
+                                                  << model.at("merges").dump().substr(0, 80));
   int32_t rank = 0;
   for (const auto& merge : model.at("merges")) {
     std::string left, right;

@@ -1,6 +1,7 @@
 // Token files.
 #include "data/token_arrays.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 
@@ -37,13 +38,30 @@ TokenArrays read_token_file(const std::string& path) {
   if (tokens.shape.size() == 2) {
     arrays.row_length = static_cast<int64_t>(tokens.shape[1]);
     if (file.has("loss_mask")) {
-      auto mask = file.read_uint8("loss_mask");
+      // HDF5 would convert 0.5 to 0 and 256 to 255: only integer 0/1 flags are a mask.
+      const auto mask_type = file.stored_type("loss_mask");
+      SO_CHECK(mask_type.integer, path << ": dataset \"loss_mask\" holds " << mask_type.describe()
+                                       << " values; a loss mask holds integers 0 and 1");
+      auto mask = file.read_int64("loss_mask");
       SO_CHECK(mask.shape == tokens.shape, path << ": \"loss_mask\" must have the shape of \"tokens\"");
-      arrays.loss_mask = std::move(mask.values);
+      const auto bad = std::find_if(mask.values.begin(), mask.values.end(), [](int64_t m) { return m != 0 && m != 1; });
+      SO_CHECK(bad == mask.values.end(), path << ": dataset \"loss_mask\" element " << (bad - mask.values.begin())
+                                              << " is " << *bad << "; a loss mask holds 0 and 1 only");
+      arrays.loss_mask.assign(mask.values.begin(), mask.values.end());
     }
   } else {
     SO_CHECK(tokens.shape.size() == 1, path << ": \"tokens\" must be 1-D (a stream) or 2-D (samples)");
-    if (file.has("doc_offsets")) arrays.doc_offsets = file.read_int64("doc_offsets").values;
+    if (file.has("doc_offsets")) {
+      SO_CHECK(file.stored_type("doc_offsets").integer, path << ": dataset \"doc_offsets\" must hold integers");
+      arrays.doc_offsets = file.read_int64("doc_offsets").values;
+      const auto n = static_cast<int64_t>(arrays.tokens.size());
+      for (size_t i = 0; i < arrays.doc_offsets.size(); ++i) {
+        const int64_t offset = arrays.doc_offsets[i], previous = i > 0 ? arrays.doc_offsets[i - 1] : 0;
+        SO_CHECK(offset >= previous && offset <= n,
+                 path << ": dataset \"doc_offsets\" element " << i << " is " << offset << "; offsets rise from 0 to "
+                      << "the " << n << " tokens" << hint("the file is corrupt; write it again with superoffload prepare"));
+      }
+    }
   }
   return arrays;
 }

@@ -29,6 +29,9 @@ std::string describe_hdf5_error_stack() {
   return out;
 }
 
-void silence_hdf5_auto_print() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void configure_hdf5() {
+  H5dont_atexit();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 }  // namespace superoffload::detail

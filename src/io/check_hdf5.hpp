@@ -11,8 +11,11 @@
 namespace superoffload::detail {
 // Collects and clears the current thread's HDF5 error stack.
 std::string describe_hdf5_error_stack();
-// Turns off HDF5's automatic stack printing; our checks report it instead. Once per process.
-void silence_hdf5_auto_print();
+// Once per process, before any other HDF5 call: turns off HDF5's automatic stack printing (our
+// checks report the stack instead), and its exit handler. That handler closes whatever is
+// still open, and on a file whose writes failed (a full disk) HDF5 1.10 crashes doing so,
+// turning a clean error exit into SIGSEGV; every file here is closed by its owner instead.
+void configure_hdf5();
 inline constexpr const char* kHdf5Hint =
     "check the path, permissions and free space; on Lustre/GPFS without flock support set "
     "HDF5_USE_FILE_LOCKING=FALSE";

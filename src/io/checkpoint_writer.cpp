@@ -45,6 +45,27 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
   fs::rename(partial, path);
 }
 
+// A rank file that cannot be written (a full disk, a quota, an I/O error): its partial file is
+// removed, so that the space is free again, and the error says in one line what failed and
+// which checkpoint a resume would use. `latest` has not moved.
+[[noreturn]] void throw_save_failed(const fs::path& root, const fs::path& directory, const fs::path& file,
+                                    const std::string& cause) {
+  std::error_code ignored;
+  fs::remove(file.string() + ".partial", ignored);
+  // HDF5's error stack is long; the operating system's reason is the part a user needs.
+  std::string reason = cause;
+  const std::string marker = "error message = '";
+  if (const auto at = cause.find(marker); at != std::string::npos) {
+    reason = cause.substr(at + marker.size(), cause.find('\'', at + marker.size()) - at - marker.size());
+  }
+  const auto latest = read_latest(root);
+  throw Error("the checkpoint " + directory.string() + " could not be written (" + file.filename().string() + ": " +
+                  reason + "); 'latest' still names " + (latest.empty() ? std::string("no checkpoint") : latest.string()),
+              "free space on the file system of [training] output_dir (or raise the quota), then resume: the job "
+              "restarts from 'latest'",
+              Error::UserInput{});
+}
+
 }  // namespace
 
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
@@ -76,7 +97,11 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   }
 
   const fs::path mine = result.directory / rank_file_name(rank);
-  write_rank_file(mine, step, rank, shards, rng_state, progress);
+  try {
+    write_rank_file(mine, step, rank, shards, rng_state, progress);
+  } catch (const std::exception& e) {
+    throw_save_failed(root, result.directory, mine, e.what());
+  }
   if (progress) progress("checksumming " + mine.filename().string());
   uint64_t record[2] = {static_cast<uint64_t>(fs::file_size(mine)), file_crc32(mine)};
   std::vector<uint64_t> records(static_cast<size_t>(2 * world));

@@ -62,6 +62,7 @@ class SafetensorsCheckpoint {
   bool contains(const std::string& name) const { return shard_of_.count(name) != 0; }
   // The file that holds `name` (for messages); the directory when the name is unknown.
   std::filesystem::path path_of(const std::string& name) const;
+  const std::filesystem::path& directory() const { return directory_; }
 
  private:
   std::filesystem::path directory_;

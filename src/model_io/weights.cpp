@@ -154,7 +154,7 @@ void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint) {
     if (!expected.count(name) && !aliases.count(name) && !ignorable(model, name)) unexpected.push_back(name);
   }
   if (!missing.empty() || !unexpected.empty()) {
-    std::string text = "the checkpoint does not match the model:";
+    std::string text = "the weights in " + checkpoint.directory().string() + " do not match the model:";
     if (!missing.empty()) text += " missing " + std::to_string(missing.size()) + " tensor(s): " + list(missing) + ".";
     if (!unexpected.empty()) {
       text += " unexpected " + std::to_string(unexpected.size()) + " tensor(s): " + list(unexpected) + ".";

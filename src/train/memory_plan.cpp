@@ -2,20 +2,18 @@
 #include "train/memory_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/error.hpp"
+#include "model/hf_config.hpp"
 
 namespace superoffload::train {
 
 namespace {
-
-int64_t get(const nlohmann::json& c, const char* key, int64_t fallback) {
-  return c.contains(key) && c[key].is_number() ? c[key].get<int64_t>() : fallback;
-}
 
 std::string gib(double bytes) {
   char text[32];
@@ -26,43 +24,61 @@ std::string gib(double bytes) {
 }  // namespace
 
 ModelSize model_size_from_config(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  SO_CHECK(in, "cannot read " << path << hint("[model] path must be a HuggingFace model directory"));
-  nlohmann::json c;
-  try {
-    c = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    SO_FAIL(path << " is not valid JSON: " << e.what());
-  }
+  // Typed access (errors name the file, key and value) and arithmetic in double: the sizes are
+  // not yet validated by a plugin here, and products of large ones overflow int64.
+  const auto c = model::HfConfig::load(model_dir + "/config.json");
+  auto size = [&](const char* key, double fallback) {
+    return c.has(key) ? static_cast<double>(c.dimension(key)) : fallback;
+  };
   ModelSize m;
-  m.architecture = c.contains("architectures") && !c["architectures"].empty() ? c["architectures"][0].get<std::string>() : "?";
-  const bool gpt2 = c.value("model_type", "") == "gpt2";
-  m.hidden = gpt2 ? get(c, "n_embd", 768) : get(c, "hidden_size", 0);
-  m.layers = gpt2 ? get(c, "n_layer", 12) : get(c, "num_hidden_layers", 0);
-  m.vocab = get(c, "vocab_size", 0);
-  SO_CHECK(m.hidden > 0 && m.layers > 0 && m.vocab > 0, path << " lacks hidden_size, num_hidden_layers or vocab_size");
-  const int64_t heads = gpt2 ? get(c, "n_head", 12) : get(c, "num_attention_heads", 1);
-  const int64_t kv_heads = get(c, "num_key_value_heads", heads);
-  const int64_t head_dim = get(c, "head_dim", m.hidden / std::max<int64_t>(1, heads));
-  m.intermediate = gpt2 ? get(c, "n_inner", 4 * m.hidden) : get(c, "intermediate_size", 4 * m.hidden);
-  const int64_t h = m.hidden;
-  const int64_t attention = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h;
+  m.architecture = c.architecture().empty() ? "?" : c.architecture();
+  const bool gpt2 = c.string("model_type", "") == "gpt2";
+  SO_CHECK(c.has(gpt2 ? "n_embd" : "hidden_size") || gpt2, c.path() << " lacks hidden_size");
+  SO_CHECK(c.has(gpt2 ? "n_layer" : "num_hidden_layers") || gpt2, c.path() << " lacks num_hidden_layers");
+  SO_CHECK(c.has("vocab_size"), c.path() << " lacks vocab_size");
+  const double h = gpt2 ? size("n_embd", 768) : size("hidden_size", 0);
+  const double layers = gpt2 ? size("n_layer", 12) : size("num_hidden_layers", 0);
+  const double vocab = size("vocab_size", 0);
+  const double heads = gpt2 ? size("n_head", 12) : size("num_attention_heads", 1);
+  const double kv_heads = size("num_key_value_heads", heads);
+  const double head_dim = size("head_dim", std::max(1.0, std::floor(h / heads)));
+  const double intermediate = gpt2 ? size("n_inner", 4 * h) : size("intermediate_size", 4 * h);
+  const double attention = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h;
   // MoE: experts of moe_intermediate_size (Qwen3-MoE) or intermediate_size (Mixtral, GPT-OSS).
-  const int64_t experts = std::max({get(c, "num_experts", 0), get(c, "num_local_experts", 0), int64_t{0}});
-  const int64_t top_k = std::max(get(c, "num_experts_per_tok", get(c, "experts_per_token", 2)), int64_t{1});
-  const int64_t expert_width = get(c, "moe_intermediate_size", m.intermediate);
-  const int64_t mlp = gpt2 ? 2 * h * m.intermediate : 3 * h * m.intermediate;
-  const int64_t block_dense = attention + mlp + 2 * h;
-  const int64_t block_moe = attention + experts * 3 * h * expert_width + h * experts + 2 * h;
-  const int64_t block_moe_active = attention + top_k * 3 * h * expert_width + h * experts + 2 * h;
-  const int64_t block = experts > 0 ? block_moe : block_dense;
-  const int64_t embedding = m.vocab * h + (gpt2 ? get(c, "n_positions", 1024) * h : 0);
-  const bool tied = c.value("tie_word_embeddings", gpt2);
-  const int64_t head = (tied ? 0 : m.vocab * h) + h;
-  m.parameters = embedding + m.layers * block + head;
-  m.active_parameters = experts > 0 ? embedding + m.layers * block_moe_active + head : m.parameters;
-  m.largest_layer = std::max({embedding, block, head});
+  // Dense configs of MoE families carry num_experts = 0.
+  auto count = [&](const char* key) {
+    const int64_t value = c.integer(key, 0);
+    if (value < 0) c.invalid(key, "= " + std::to_string(value) + " must be >= 0");
+    return static_cast<double>(value);
+  };
+  const double experts = std::max(count("num_experts"), count("num_local_experts"));
+  const double top_k = c.has("num_experts_per_tok") ? size("num_experts_per_tok", 2) : size("experts_per_token", 2);
+  const double expert_width = size("moe_intermediate_size", intermediate);
+  const double mlp = gpt2 ? 2 * h * intermediate : 3 * h * intermediate;
+  const double block_dense = attention + mlp + 2 * h;
+  const double block_moe = attention + experts * 3 * h * expert_width + h * experts + 2 * h;
+  const double block_moe_active = attention + top_k * 3 * h * expert_width + h * experts + 2 * h;
+  const double block = experts > 0 ? block_moe : block_dense;
+  const double embedding = vocab * h + (gpt2 ? size("n_positions", 1024) * h : 0);
+  const double head = (c.boolean("tie_word_embeddings", gpt2) ? 0 : vocab * h) + h;
+  const double parameters = embedding + layers * block + head;
+  // 2^50 parameters (4 PiB in fp32) is past any machine; it also keeps the counts in int64.
+  constexpr double kBuildable = 1125899906842624.0;
+  if (parameters > kBuildable) {
+    std::ostringstream text;
+    text.precision(3);
+    text << c.path() << " describes a model of " << parameters << " parameters (hidden_size " << h << ", "
+         << layers << " layers, vocabulary " << vocab << ", intermediate " << intermediate
+         << "): it cannot be built on any machine";
+    throw Error(text.str(), "check the sizes in config.json", Error::UserInput{});
+  }
+  m.hidden = static_cast<int64_t>(h);
+  m.layers = static_cast<int64_t>(layers);
+  m.vocab = static_cast<int64_t>(vocab);
+  m.intermediate = static_cast<int64_t>(intermediate);
+  m.parameters = static_cast<int64_t>(parameters);
+  m.active_parameters = static_cast<int64_t>(experts > 0 ? embedding + layers * block_moe_active + head : parameters);
+  m.largest_layer = static_cast<int64_t>(std::max({embedding, block, head}));
   return m;
 }
 

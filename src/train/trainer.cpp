@@ -1,6 +1,8 @@
 // The training loop.
 #include "train/trainer.hpp"
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -94,6 +96,22 @@ void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world
       << (on_gpu ? ", or lower [offload] ratio to keep more of the optimizer on the GPUs" : "")
       << "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
   SO_FAIL(message.str() << hint(fix.str()));
+}
+
+// With [runtime] check_memory = false the plan is not enforced, but a model whose largest
+// layer (materialised whole on one rank) exceeds this node's physical memory cannot be built
+// at all: refused with its size instead of failing inside the allocator or the OOM killer.
+void check_model_buildable(const config::Config& cfg) {
+  const auto size = model_size_from_config(cfg.model.path);
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  const double layer_bytes = 4.0 * static_cast<double>(size.largest_layer);
+  if (physical <= 0 || layer_bytes <= physical) return;
+  std::ostringstream message;
+  message.precision(3);
+  message << cfg.model.path << "/config.json describes a model whose largest layer holds " << size.largest_layer
+          << " parameters (" << layer_bytes / 1e9 << " GB in fp32), more than this node's " << physical / 1e9
+          << " GB of memory: it cannot be built, even with [runtime] check_memory = false";
+  throw Error(message.str(), "check the sizes in config.json", Error::UserInput{});
 }
 
 zero::EngineOptions engine_options(const config::Config& cfg, at::Device device) {
@@ -195,7 +213,11 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   }
 
   // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
-  if (cfg.runtime.check_memory) check_memory_fits(cfg, world, device.is_cuda());
+  if (cfg.runtime.check_memory) {
+    check_memory_fits(cfg, world, device.is_cuda());
+  } else {
+    check_model_buildable(cfg);
+  }
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
                                   /*defer=*/true,
                                   cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow

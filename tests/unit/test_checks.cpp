@@ -40,7 +40,7 @@ TEST(Checks, SystemCallErrnoIsDecodedWithAHint) {
 }
 
 TEST(Checks, Hdf5ErrorStackIsReported) {
-  so::detail::silence_hdf5_auto_print();
+  so::detail::configure_hdf5();
   auto e = error_from([] {
     SO_CHECK_HDF5(H5Fopen("/nonexistent/x.h5", H5F_ACC_RDONLY, H5P_DEFAULT), "opening /nonexistent/x.h5");
   });
