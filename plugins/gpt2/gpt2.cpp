@@ -181,9 +181,10 @@ class Gpt2Model : public model::CausalLM {
 std::unique_ptr<model::CausalLM> make_model(const HfConfig& config) { return std::make_unique<Gpt2Model>(config); }
 
 const char* const kArchitectures[] = {"GPT2LMHeadModel", nullptr};
+const char* const kRequiredKeys[] = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", nullptr};
 
 }  // namespace
 }  // namespace superoffload::plugins::gpt2
 
 SUPEROFFLOAD_PLUGIN("gpt2", "1.0.0", superoffload::plugins::gpt2::kArchitectures,
-                    &superoffload::plugins::gpt2::make_model)
+                    superoffload::plugins::gpt2::kRequiredKeys, &superoffload::plugins::gpt2::make_model)

@@ -176,9 +176,12 @@ std::unique_ptr<model::CausalLM> make_model(const HfConfig& config) { return std
 const char* const kArchitectures[] = {"LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",
                                       "Qwen3ForCausalLM",  "Phi3ForCausalLM",    "SeedOssForCausalLM",
                                       nullptr};
+// Every architecture here builds from these; the rest have HF's defaults.
+const char* const kRequiredKeys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                     "num_attention_heads", nullptr};
 
 }  // namespace
 }  // namespace superoffload::plugins::llama
 
 SUPEROFFLOAD_PLUGIN("llama", "1.0.0", superoffload::plugins::llama::kArchitectures,
-                    &superoffload::plugins::llama::make_model)
+                    superoffload::plugins::llama::kRequiredKeys, &superoffload::plugins::llama::make_model)

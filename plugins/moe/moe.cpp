@@ -328,9 +328,12 @@ class MoeModel : public model::CausalLM {
 std::unique_ptr<model::CausalLM> make_model(const HfConfig& config) { return std::make_unique<MoeModel>(config); }
 
 const char* const kArchitectures[] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM", nullptr};
+// The expert count's key differs by family (num_experts, num_local_experts): checked when built.
+const char* const kRequiredKeys[] = {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                     "num_experts_per_tok", nullptr};
 
 }  // namespace
 }  // namespace superoffload::plugins::moe
 
 SUPEROFFLOAD_PLUGIN("moe", "1.0.0", superoffload::plugins::moe::kArchitectures,
-                    &superoffload::plugins::moe::make_model)
+                    superoffload::plugins::moe::kRequiredKeys, &superoffload::plugins::moe::make_model)

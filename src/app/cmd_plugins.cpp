@@ -21,6 +21,11 @@ void add_plugins_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
           std::cout << "ok       " << c.path << "\n         " << c.name << " " << c.version << ": ";
           for (size_t i = 0; i < c.architectures.size(); ++i) std::cout << (i ? ", " : "") << c.architectures[i];
           std::cout << "\n";
+          if (!c.required_keys.empty()) {
+            std::cout << "         requires in config.json: ";
+            for (size_t i = 0; i < c.required_keys.size(); ++i) std::cout << (i ? ", " : "") << c.required_keys[i];
+            std::cout << "\n";
+          }
         } else {
           std::cout << "refused  " << c.path << "\n         " << c.refusal << "\n";
         }

@@ -112,6 +112,7 @@ PluginCandidate probe_plugin(const std::string& path) {
     c.refusal = "handles no architecture";
     return c;
   }
+  for (auto k = d->required_keys; k && *k; ++k) c.required_keys.emplace_back(*k);
   if (!d->create_model || !d->destroy_model) {
     c.refusal = "has no create_model/destroy_model functions";
     return c;
@@ -177,12 +178,27 @@ const PluginCandidate& PluginRegistry::select(const std::string& setting, const 
 }
 
 std::shared_ptr<CausalLM> create_model(const PluginCandidate& plugin, const HfConfig& config) {
+  // Every missing key at once, rather than one per attempt.
+  std::string missing;
+  for (const auto& key : plugin.required_keys) {
+    if (!config.has(key)) missing += (missing.empty() ? "" : ", ") + key;
+  }
+  if (!missing.empty()) {
+    std::string all;
+    for (const auto& key : plugin.required_keys) all += (all.empty() ? "" : ", ") + key;
+    throw Error(config.path() + " lacks " + missing + ", which the " + plugin.name + " plugin requires (it needs " +
+                    all + ")",
+                "use the config.json of the model the weights come from", Error::UserInput{});
+  }
   char error[1024] = {};
   const std::string text = config.raw().dump();
   void* raw = plugin.descriptor->create_model(text.c_str(), config.path().c_str(), error, sizeof error);
   if (!raw) {
-    throw Error("plugin " + plugin.name + " could not build the model from " + config.path() + ": " + error, {},
-                Error::UserInput{});
+    // The plugin's message names the file already when it comes from HfConfig.
+    const std::string reason = error;
+    throw Error("plugin " + plugin.name + " could not build the model: " +
+                    (reason.find(config.path()) == std::string::npos ? config.path() + ": " + reason : reason),
+                {}, Error::UserInput{});
   }
   auto destroy = plugin.descriptor->destroy_model;
   return std::shared_ptr<CausalLM>(static_cast<CausalLM*>(raw), [destroy](CausalLM* m) { destroy(m); });

@@ -20,6 +20,7 @@ struct PluginCandidate {
   std::string refusal;  // why it was refused, when not usable
   std::string name, version;
   std::vector<std::string> architectures;
+  std::vector<std::string> required_keys;  // config.json keys it cannot build without
   const superoffload_plugin_descriptor* descriptor = nullptr;
 };
 

@@ -34,7 +34,8 @@ std::string read_text(const fs::path& path) {
 }
 
 // Field 22 of /proc/PID/stat: the process's start time in clock ticks since boot; with the
-// boot id it tells a live holder from a later process that reuses its pid. -1 when absent.
+// boot id it tells a live holder from a later process that reuses its pid. -1 when there is
+// no such process, or only its zombie (killed, not yet reaped by its launcher).
 long long start_ticks(long long pid) {
   const auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
   const auto end_of_name = stat.rfind(')');
@@ -42,6 +43,7 @@ long long start_ticks(long long pid) {
   std::istringstream fields(stat.substr(end_of_name + 2));
   std::string field;
   for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return -1;
     if (i == 22) return std::atoll(field.c_str());
   }
   return -1;
@@ -146,6 +148,11 @@ std::string take_lock(const fs::path& lock, const cluster::MpiWorld& world) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::string reason = holder.is_object() ? gone_because(holder, world) : "its lock file is empty or unreadable";
+  // A holder killed a moment ago may still be on its way out: look again for up to 2 s.
+  for (int attempt = 0; attempt < 8 && reason.empty() && holder.value("host", std::string()) == world.host(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    reason = gone_because(holder, world);
+  }
   if (reason.empty()) {
     throw Error("[training] output_dir " + lock.parent_path().string() + " is in use by another job (" +
                     describe_holder(holder) + "): two jobs on one directory overwrite each other's checkpoints "

@@ -60,7 +60,7 @@ def make_base(work, bin_path, corpus_tool, source):
     log = subprocess.run([bin_path, "train", str(source / "configs/tiny.toml"), "--set",
                           f"data.path={base / 'corpus.jsonl'}", "--set", "data.seq_len=32", "--set",
                           "training.max_steps=1", "--set", f"training.output_dir={run}"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=source)  # tiny.toml's paths are relative to the tree
     if log.returncode != 0:
         sys.exit(f"the seed run failed:\n{log.stdout}{log.stderr}")
     log = subprocess.run([bin_path, "export", str(run), "--to", str(work / "exported"), "--dtype", "fp32"],

@@ -28,6 +28,7 @@ extern "C" __attribute__((visibility("default"))) const superoffload_plugin_desc
       kArchitectures,
       no_model,
       no_destroy,
+      nullptr,
   };
   return &descriptor;
 }

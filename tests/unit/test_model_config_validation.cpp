@@ -78,6 +78,22 @@ TEST_F(ModelConfigValidation, DimensionsMustBePositiveAndBuildable) {
   expect_refused(kMixtral, {{"num_experts_per_tok", 0}}, "num_experts_per_tok", "= 0 must lie in");
 }
 
+// Each plugin declares the keys it cannot build without; all missing ones are named at once.
+TEST_F(ModelConfigValidation, RequiredKeysAreNamedTogether) {
+  auto config = kLlama;
+  config.erase("hidden_size");
+  config.erase("num_attention_heads");
+  const auto message = load(config, json::object());
+  EXPECT_NE(message.find((dir_ / "config.json").string() + " lacks hidden_size, num_attention_heads, which the llama "
+                         "plugin requires (it needs vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
+                         "num_attention_heads)"),
+            std::string::npos)
+      << message;
+  config = kGpt2;
+  config["n_head"] = nullptr;  // null is "not given", as in HF
+  EXPECT_NE(load(config, json::object()).find("lacks n_head, which the gpt2 plugin requires"), std::string::npos);
+}
+
 TEST_F(ModelConfigValidation, HeadsMustBeConsistent) {
   expect_refused(kLlama, {{"num_attention_heads", 5}, {"num_key_value_heads", 5}}, "num_attention_heads", "= 5 must divide hidden_size = 32");
   expect_refused(kLlama, {{"num_key_value_heads", 3}}, "num_key_value_heads", "= 3 must divide num_attention_heads = 4");

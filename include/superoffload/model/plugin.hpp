@@ -1,6 +1,7 @@
 // Writing a plugin: implement a CausalLM and a factory, then
-//   SUPEROFFLOAD_PLUGIN("myarch", "1.0.0", kArchitectures, &make_model)
-// once in the plugin. The macro fills in the ABI version, the ABI tag of the headers (defined
+//   SUPEROFFLOAD_PLUGIN("myarch", "1.0.0", kArchitectures, kRequiredKeys, &make_model)
+// once in the plugin (both lists NULL-terminated; kRequiredKeys: the config.json keys it cannot
+// do without, or nullptr). The macro fills in the ABI version, the ABI tag of the headers (defined
 // by superoffload_add_plugin), the LibTorch version and the C++ ABI the plugin is compiled
 // with, and exports the entry point.
 #pragma once
@@ -44,7 +45,7 @@ inline void* create(Factory factory, const char* config_json, const char* config
 #define SUPEROFFLOAD_PLUGIN_ABI_TAG "none (not built with superoffload_add_plugin)"
 #endif
 
-#define SUPEROFFLOAD_PLUGIN(NAME, VERSION, ARCHITECTURES, FACTORY)                                          \
+#define SUPEROFFLOAD_PLUGIN(NAME, VERSION, ARCHITECTURES, REQUIRED_KEYS, FACTORY)                         \
   extern "C" __attribute__((visibility("default"))) const superoffload_plugin_descriptor*                 \
   superoffload_plugin_entry(void) {                                                                       \
     static const superoffload_plugin_descriptor descriptor = {                                            \
@@ -60,6 +61,7 @@ inline void* create(Factory factory, const char* config_json, const char* config
           return ::superoffload::model::plugin_detail::create(FACTORY, json, path, error, size);          \
         },                                                                                                \
         [](void* model) { delete static_cast<::superoffload::model::CausalLM*>(model); },                 \
+        REQUIRED_KEYS,                                                                                    \
     };                                                                                                    \
     return &descriptor;                                                                                   \
   }

@@ -11,7 +11,7 @@
  * model contract, the blocks) changes the ABI tag: a hash of those headers computed when
  * superoffload is configured and again when a plugin is (superoffload_add_plugin), which
  * the host compares with its own. */
-#define SUPEROFFLOAD_PLUGIN_ABI_VERSION 2
+#define SUPEROFFLOAD_PLUGIN_ABI_VERSION 3
 #define SUPEROFFLOAD_PLUGIN_ENTRY_SYMBOL "superoffload_plugin_entry"
 
 #ifdef __cplusplus
@@ -31,6 +31,9 @@ typedef struct superoffload_plugin_descriptor {
    * Returns NULL and writes a one-line reason into `error` on failure. */
   void* (*create_model)(const char* config_json, const char* config_path, char* error, size_t error_size);
   void (*destroy_model)(void* model);
+  /* config.json keys every architecture of the plugin needs, NULL-terminated (or NULL): the
+   * host names all that are missing at once, before create_model runs. (Since version 3.) */
+  const char* const* required_keys;
 } superoffload_plugin_descriptor;
 
 typedef const superoffload_plugin_descriptor* (*superoffload_plugin_entry_fn)(void);

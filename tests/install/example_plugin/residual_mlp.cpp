@@ -45,7 +45,8 @@ class ResidualMlp : public m::CausalLM {
 
 std::unique_ptr<m::CausalLM> make(const m::HfConfig& config) { return std::make_unique<ResidualMlp>(config); }
 const char* const kArchitectures[] = {"ResidualMlpForCausalLM", nullptr};
+const char* const kRequiredKeys[] = {"vocab_size", "hidden_size", "num_hidden_layers", nullptr};
 
 }  // namespace
 
-SUPEROFFLOAD_PLUGIN("residual_mlp", "0.1.0", kArchitectures, &make)
+SUPEROFFLOAD_PLUGIN("residual_mlp", "0.1.0", kArchitectures, kRequiredKeys, &make)
