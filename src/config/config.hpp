@@ -95,6 +95,7 @@ struct CheckpointConfig {
   bool save_on_exit = true;
   bool auto_resume = true;
   bool async_save = false;
+  bool accept_changed_settings = false;  // resume although data, seq_len, seed, shuffle or precision changed
 };
 
 struct MetricsConfig {

@@ -199,6 +199,10 @@ std::vector<Section> build_schema() {
     b.add("async_save", &CheckpointConfig::async_save,
           "Periodic saves copy the optimizer state in host memory (training pauses only for the copy) and write "
           "it in the background; needs host memory for one more copy of the state.");
+    b.add("accept_changed_settings", &CheckpointConfig::accept_changed_settings,
+          "Resume from a checkpoint although [data] path (or the file's size), seq_len, shuffle, packing, "
+          "[training] seed or [precision] bf16 changed since it was written, with a warning per change. By default "
+          "such a resume is refused: it would continue another run under this one's name.");
   }
   {
     SectionBuilder<MetricsConfig> b(s, "metrics", "<output_dir>/metrics.h5, written by rank 0.", &Config::metrics);

@@ -89,6 +89,8 @@ fs::path read_latest(const fs::path& root) {
   std::ifstream in(root / "latest");
   std::string name;
   if (!(in >> name)) return {};
+  // Only a step directory beside it: never an absolute path or one that leaves the root.
+  if (name.find('/') != std::string::npos || !step_of(fs::path(name))) return {};
   return root / name;
 }
 
@@ -119,8 +121,24 @@ std::string local_problem(const fs::path& directory, int rank, int world) {
       return directory.string() + " has checkpoint format " + std::to_string(version) + "; this build reads format " +
              std::to_string(kCheckpointFormatVersion);
     }
-    const int writers = manifest.at("world_size").get<int>();
+    // Fields validated before use: world_size 0 used to pass verification and export zeros.
+    const auto world_size = manifest.at("world_size");
+    if (!world_size.is_number_integer() || world_size.get<int64_t>() < 1 || world_size.get<int64_t>() > (1 << 20)) {
+      return (directory / "manifest.json").string() + ": world_size " + world_size.dump() + " is not a rank count";
+    }
+    const int writers = world_size.get<int>();
     const auto& files = done.at("files");
+    if (!files.is_object() || files.size() != static_cast<size_t>(writers)) {
+      return (directory / "DONE").string() + " lists " + std::to_string(files.size()) + " rank files for a world of " +
+             std::to_string(writers);
+    }
+    if (!manifest.at("layers").is_array() || manifest.at("layers").empty()) {
+      return (directory / "manifest.json").string() + ": \"layers\" is not a non-empty list";
+    }
+    if (manifest.at("step").get<int64_t>() != step_of(directory).value_or(-1)) {
+      return (directory / "manifest.json").string() + ": step " + manifest.at("step").dump() +
+             " does not match the directory name";
+    }
     for (int k = 0; k < writers; ++k) {
       const auto name = rank_file_name(k);
       const auto path = directory / name;
@@ -188,6 +206,9 @@ fs::path resolve_checkpoint(const fs::path& root, const std::string& request, MP
   if (rank == 0) {
     nlohmann::json names = nlohmann::json::array();
     const auto latest = read_latest(root);
+    if (latest.empty() && fs::exists(root / "latest")) {
+      notes.push_back((root / "latest").string() + " does not name a step directory beside it: ignored");
+    }
     names.push_back(latest.empty() ? "" : latest.string());
     auto all = list_checkpoints(root);
     for (auto it = all.rbegin(); it != all.rend(); ++it) names.push_back(it->string());

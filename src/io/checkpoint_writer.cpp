@@ -39,6 +39,7 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
     const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
     file.write_int64("header", {3}, header);
     if (!rng_state.empty()) file.write_uint8("rng_state", {rng_state.size()}, rng_state.data());
+    file.close();  // checked: the bytes HDF5 still caches are written here
   }
   if (progress) progress("syncing " + path.filename().string());
   sync_path(partial);

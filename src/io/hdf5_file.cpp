@@ -34,6 +34,13 @@ Hdf5File Hdf5File::create(const std::string& path) {
   return file;
 }
 
+void Hdf5File::close() {
+  if (file_.get() < 0) return;
+  SO_CHECK_HDF5(H5Fflush(file_.get(), H5F_SCOPE_LOCAL), "flushing " << path_);
+  const hid_t id = file_.release();
+  SO_CHECK_HDF5(H5Fclose(id), "closing " << path_);
+}
+
 bool Hdf5File::has(const std::string& dataset) const {
   return H5Lexists(file_.get(), dataset.c_str(), H5P_DEFAULT) > 0;
 }

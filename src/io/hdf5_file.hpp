@@ -30,6 +30,12 @@ class Hdf5Handle {
     id_ = H5I_INVALID_HID;
   }
   hid_t get() const { return id_; }
+  // Gives up ownership (the caller closes it and checks the result).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -60,6 +66,9 @@ class Hdf5File {
   static Hdf5File open_read_swmr(const std::string& path);
   // Creates (or truncates) `path`.
   static Hdf5File create(const std::string& path);
+  // Flushes and closes now, checking both: HDF5 writes cached data and metadata at close, and
+  // a destructor cannot report that this failed (a full disk). Nothing may be used after it.
+  void close();
 
   const std::string& path() const { return path_; }
   bool has(const std::string& dataset) const;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "io/checkpoint_files.hpp"
 #include "model_io/safetensors.hpp"
 #include "model_io/weights.hpp"
 
@@ -46,11 +47,8 @@ void export_hf(const CausalLM& model, const std::string& source_dir, const std::
   auto config = nlohmann::json::parse(std::ifstream(fs::path(source_dir) / "config.json"));
   config["torch_dtype"] = options.dtype == "bf16" ? "bfloat16" : "float32";
   config["dtype"] = config["torch_dtype"];
-  {
-    const auto path = fs::path(directory) / "config.json";
-    std::ofstream(path.string() + ".tmp") << config.dump(2) << "\n";
-    fs::rename(path.string() + ".tmp", path);
-  }
+  // Checked and synced: on a full disk this used to leave a 0-byte config.json and exit 0.
+  io::write_file_atomically(fs::path(directory) / "config.json", config.dump(2) + "\n");
   for (const char* file : kSideFiles) {
     const auto from = fs::path(source_dir) / file;
     if (fs::exists(from) && !fs::equivalent(fs::path(source_dir), fs::path(directory))) {

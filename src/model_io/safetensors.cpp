@@ -14,6 +14,7 @@
 
 #include "base/check_sys.hpp"
 #include "base/error.hpp"
+#include "io/checkpoint_files.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -188,7 +189,15 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::filesystem::path& d
       throw Error(index_path.string() + ": has no \"weight_map\" object", {}, Error::UserInput{});
     }
     for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      checkpoint.shard_of_[it.key()] = it.value().get<std::string>();
+      // A shard is a file in this directory: no absolute path, no way out of it.
+      const auto& shard = it.value();
+      if (!shard.is_string() || shard.get<std::string>().empty() || shard.get<std::string>().find('/') != std::string::npos ||
+          shard.get<std::string>() == "." || shard.get<std::string>() == "..") {
+        throw Error(index_path.string() + ": weight_map[\"" + it.key() + "\"] = " + shard.dump() +
+                        " is not the name of a file in " + directory.string(),
+                    "shard names in model.safetensors.index.json are plain file names", Error::UserInput{});
+      }
+      checkpoint.shard_of_[it.key()] = shard.get<std::string>();
     }
   } else if (std::filesystem::exists(directory / "model.safetensors")) {
     auto file = SafetensorsFile::open(directory / "model.safetensors");
@@ -321,8 +330,7 @@ void ShardedSafetensorsWriter::finish() {
   }
   json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
   const auto index_path = directory_ / "model.safetensors.index.json";
-  std::ofstream(index_path.string() + ".tmp") << index.dump(2) << "\n";
-  std::filesystem::rename(index_path.string() + ".tmp", index_path);
+  io::write_file_atomically(index_path, index.dump(2) + "\n");
 }
 
 size_t parse_byte_size(const std::string& text) {

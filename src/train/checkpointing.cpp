@@ -11,6 +11,8 @@
 #include <utility>
 #include <sstream>
 
+#include <toml++/toml.h>
+
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
@@ -110,6 +112,9 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
                           {"skipped_steps", position.skipped_steps},
                           {"seed", config_.training.seed}};
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
+  std::error_code no_size;
+  const auto data_bytes = fs::file_size(config_.data.path, no_size);
+  manifest["data"] = {{"path", config_.data.path}, {"bytes", no_size ? -1 : static_cast<int64_t>(data_bytes)}};
   // The moments are stored in fp32 whatever the run kept them in (bf16 widens exactly), so a
   // checkpoint loads into either setting; this records which one wrote it.
   manifest["optimizer_state_dtype"] = std::string(config::to_text(config_.offload.optimizer_state_dtype));
@@ -220,6 +225,59 @@ void TrainingCheckpoints::check_model_matches(const nlohmann::json& manifest, co
   }
 }
 
+// What the run trains on and how: a resume that changes any of it silently continues another
+// run under this one's name (other samples, another order, another precision). Refused unless
+// [checkpoint] accept_changed_settings, which resumes with a warning per change.
+void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, const fs::path& directory) const {
+  if (!manifest.contains("config") || !manifest.at("config").is_string()) return;  // not written by train
+  toml::table saved;
+  try {
+    saved = toml::parse(manifest.at("config").get<std::string>());
+  } catch (const toml::parse_error&) {
+    throw Error("checkpoint " + directory.string() + ": manifest.json's config is not valid TOML",
+                "the checkpoint is corrupt; resume from another one", Error::UserInput{});
+  }
+  std::vector<std::string> changes;
+  auto compare = [&](const char* section, const char* key, const std::string& now) {
+    const auto* node = saved.at_path(std::string(section) + "." + key).node();
+    if (!node) return;  // checkpoints from before the key existed
+    std::string then;
+    if (const auto* text = node->as_string()) then = "\"" + text->get() + "\"";
+    else if (const auto* flag = node->as_boolean()) then = flag->get() ? "true" : "false";
+    else if (const auto* number = node->as_integer()) then = std::to_string(number->get());
+    if (then != now) changes.push_back(std::string("[") + section + "] " + key + " was " + then + ", is " + now);
+  };
+  auto quoted = [](const std::string& text) { return "\"" + text + "\""; };
+  compare("data", "path", quoted(config_.data.path));
+  compare("data", "seq_len", std::to_string(config_.data.seq_len));
+  compare("data", "shuffle", config_.data.shuffle ? "true" : "false");
+  compare("data", "packing", config_.data.packing ? "true" : "false");
+  compare("training", "seed", std::to_string(config_.training.seed));
+  compare("precision", "bf16", config_.precision.bf16 ? "true" : "false");
+  // The data file itself: the same name with other contents is another dataset.
+  const auto saved_bytes = manifest.value("data", nlohmann::json::object()).value("bytes", int64_t{-1});
+  std::error_code error;
+  const auto bytes = static_cast<int64_t>(fs::file_size(config_.data.path, error));
+  if (saved_bytes >= 0 && !error && saved_bytes != bytes) {
+    changes.push_back("the data file " + config_.data.path + " held " + std::to_string(saved_bytes) + " bytes, now " +
+                      std::to_string(bytes));
+  }
+  if (changes.empty()) return;
+  std::string list;
+  for (const auto& change : changes) list += (list.empty() ? "" : "; ") + change;
+  if (config_.checkpoint.accept_changed_settings) {
+    if (world_.rank() == 0) {
+      SO_LOG(warning) << "resuming from " << directory.string() << " although the run changed: " << list
+                      << " ([checkpoint] accept_changed_settings = true)";
+    }
+    return;
+  }
+  throw Error("checkpoint " + directory.string() + " belongs to a run with other settings: " + list,
+              "restore them, start in a new [training] output_dir, or set [checkpoint] accept_changed_settings = true "
+              "to continue with the new ones",
+              Error::UserInput{});
+}
+
 std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& request) {
   std::vector<std::string> notes;
   const auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes);
@@ -229,6 +287,7 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   if (directory.empty()) return std::nullopt;
   io::CheckpointReader reader(directory);
   check_model_matches(reader.manifest(), directory);
+  check_run_unchanged(reader.manifest(), directory);
   // Checkpoints before this key had fp32 moments.
   const auto saved_dtype = reader.manifest().value("optimizer_state_dtype", std::string("fp32"));
   const std::string dtype(config::to_text(config_.offload.optimizer_state_dtype));

@@ -138,4 +138,8 @@ void MetricsRecorder::record(const StepRecord& r) {
   if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) file_->flush();
 }
 
+void MetricsRecorder::flush() {
+  if (file_) file_->flush();
+}
+
 }  // namespace superoffload::train

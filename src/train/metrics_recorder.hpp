@@ -40,6 +40,9 @@ class MetricsRecorder {
   ~MetricsRecorder();
   // Collective (a gather of per-rank times).
   void record(const StepRecord& record);
+  // Rank 0 writes every row so far to disk: called at each checkpoint, so that a crash never
+  // loses the metrics of steps a resume will not run again.
+  void flush();
 
  private:
   const config::Config& config_;

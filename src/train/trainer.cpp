@@ -326,6 +326,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
+      metrics.flush();
       checkpoints.save({step + 1, sampler.position(), skips.total()}, /*background=*/true);
     }
     watchdog.progress(step_name + "agreeing on stop signals");
@@ -335,6 +336,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
         SO_LOG(warning) << "signal " << summary.stop_signal << " (" << strsignal(summary.stop_signal)
                         << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
       }
+      metrics.flush();
       checkpoints.save({step + 1, sampler.position(), skips.total()});
       summary.steps = step + 1;
       break;

@@ -10,13 +10,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 20000 > /dev/null || fail "demo corpus"
-train() {  # train OUTPUT_DIR [--set ...]: sets $rc and $log
+train() {  # train OUTPUT_DIR [--set ...]
   local out=$1
   shift
-  log=$("$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" --set data.seq_len=32 \
-    --set checkpoint.every_steps=1 --set training.output_dir="$out" "$@" 2>&1)
-  rc=$?
-  ((rc < 128)) || fail "ended by signal $((rc - 128)): $log"
+  train_tiny "$out" --set checkpoint.every_steps=1 "$@"
 }
 
 # ---- weights that diverge are not saved ---------------------------------------------------------

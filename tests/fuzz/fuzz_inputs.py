@@ -64,7 +64,7 @@ def make_base(work, bin_path, corpus_tool, source):
     if log.returncode != 0:
         sys.exit(f"the seed run failed:\n{log.stdout}{log.stderr}")
     log = subprocess.run([bin_path, "export", str(run), "--to", str(work / "exported"), "--dtype", "fp32"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=source)
     if log.returncode != 0:
         sys.exit(f"export failed:\n{log.stdout}{log.stderr}")
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):

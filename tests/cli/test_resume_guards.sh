@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What a resume trusts, checked:
+#  - a resume into a run with another seq_len, data file or seed is refused naming each change;
+#    [checkpoint] accept_changed_settings resumes anyway with a warning;
+#  - `latest` that names anything but a step directory beside it (an absolute path, ../) is
+#    ignored with a note, and the newest intact checkpoint is used;
+#  - a manifest whose world_size is 0 (its CRC in DONE fixed up) is refused, not exported as zeros;
+#  - metrics.h5 holds every step up to the checkpoint when the job is killed, though
+#    [metrics] flush_every_steps is far larger (it is flushed at each checkpoint).
+source "$(dirname "$0")/lib.sh"
+cd "$SO_SOURCE_DIR"
+
+"$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 20000 > /dev/null || fail "demo corpus"
+train() {  # train OUTPUT_DIR [--set ...]
+  local out=$1
+  shift
+  train_tiny "$out" --set checkpoint.every_steps=2 "$@"
+}
+
+train "$tmp/run" --set training.max_steps=2
+((rc == 0)) || fail "training: $log"
+
+# ---- changed settings ---------------------------------------------------------------------------
+train "$tmp/run" --set training.max_steps=4 --set data.seq_len=24
+((rc != 0)) || fail "a resume with another seq_len was accepted: $log"
+expect_contains "$log" "belongs to a run with other settings: [data] seq_len was 32, is 24" "seq_len change named"
+expect_contains "$log" "accept_changed_settings" "the override is named"
+cp "$tmp/corpus.jsonl" "$tmp/corpus.orig"
+head -n 20 "$tmp/corpus.orig" >> "$tmp/corpus.jsonl"
+train "$tmp/run" --set training.max_steps=4 --set training.seed=7
+((rc != 0)) || fail "a resume with another seed and data was accepted: $log"
+expect_contains "$log" "[training] seed was 42, is 7" "seed change named"
+expect_contains "$log" "the data file $tmp/corpus.jsonl held" "data change named"
+cp "$tmp/corpus.orig" "$tmp/corpus.jsonl"
+train "$tmp/run" --set training.max_steps=4 --set training.seed=7 --set checkpoint.accept_changed_settings=true
+((rc == 0)) || fail "accept_changed_settings: $log"
+expect_contains "$log" "although the run changed: [training] seed was 42, is 7" "warning"
+expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000002" "resumed"
+
+# ---- latest that points elsewhere ---------------------------------------------------------------
+for target in /etc "../../run/checkpoints/step_00000002" "step_00000004/../../x"; do
+  echo "$target" > "$tmp/run/checkpoints/latest"
+  train "$tmp/run" --set training.max_steps=6 --set training.seed=7 --set checkpoint.save_on_exit=false \
+    --set checkpoint.every_steps=0
+  ((rc == 0)) || fail "latest = $target: $log"
+  expect_contains "$log" "$tmp/run/checkpoints/latest does not name a step directory beside it: ignored" "latest = $target"
+  expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000004" "fallback with latest = $target"
+done
+
+# ---- manifest fields ----------------------------------------------------------------------------
+"$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the manifest"
+import json, sys, zlib
+directory = sys.argv[1]
+manifest = json.load(open(f"{directory}/manifest.json"))
+manifest["world_size"] = 0
+text = json.dumps(manifest, indent=1)
+open(f"{directory}/manifest.json", "w").write(text)
+done = json.load(open(f"{directory}/DONE"))
+done["manifest_crc32"] = zlib.crc32(text.encode())
+open(f"{directory}/DONE", "w").write(json.dumps(done))
+PY
+out=$("$SO_BIN" inspect "$tmp/run/checkpoints/step_00000004" 2>&1)
+rc=$?
+((rc != 0 && rc < 128)) || fail "a manifest with world_size 0 verified: $out"
+expect_contains "$out" "world_size 0 is not a rank count" "world_size named"
+
+# ---- metrics.h5 at a crash ----------------------------------------------------------------------
+"$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" --set data.seq_len=32 \
+  --set training.output_dir="$tmp/crash" --set training.max_steps=100000 --set checkpoint.every_steps=3 \
+  --set metrics.flush_every_steps=100000 > "$tmp/crash.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [[ -f $tmp/crash/checkpoints/latest ]] && break
+  sleep 0.1
+done
+kill -KILL "$job"
+wait "$job" 2>/dev/null
+latest=$(cat "$tmp/crash/checkpoints/latest") || fail "no checkpoint before the kill: $(tail -5 "$tmp/crash.log")"
+"$SO_PYTHON" - "$tmp/crash/metrics.h5" "${latest#step_}" <<'PY' || fail "metrics.h5 lost rows of checkpointed steps"
+import sys, h5py
+step = int(sys.argv[2])
+with h5py.File(sys.argv[1], "r", swmr=True) as f:  # written in SWMR mode; the writer was killed
+    rows = len(f["train/step"])
+assert rows >= step, f"{rows} rows in metrics.h5 after a checkpoint of step {step}"
+print(f"metrics.h5: {rows} rows after the checkpoint of step {step}")
+PY
+echo "resume guards: changed settings, stray latest, bad manifest and metrics at a crash handled"
