@@ -101,6 +101,24 @@ TEST_F(Safetensors, ShardedExportWithIndexReadsBack) {
   EXPECT_EQ(index["metadata"]["total_size"].get<int>(), 200);
 }
 
+// The index may only name files in its directory: an absolute path used to be opened (and its
+// first bytes printed in the error).
+TEST_F(Safetensors, IndexShardNamesStayInTheDirectory) {
+  fs::create_directories(dir_ / "hf");
+  for (const std::string shard : {"/etc/passwd", "../outside.safetensors", "sub/dir.safetensors", "..", ""}) {
+    std::ofstream(dir_ / "hf" / "model.safetensors.index.json")
+        << nlohmann::json{{"weight_map", {{"model.a", shard}}}}.dump();
+    try {
+      m::SafetensorsCheckpoint::open(dir_ / "hf");
+      ADD_FAILURE() << "shard name " << shard << " was accepted";
+    } catch (const superoffload::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("weight_map[\"model.a\"] = \"" + shard + "\" is not the name of a file in"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_F(Safetensors, TruncatedFileIsRefused) {
   const auto p = dir_ / "x.safetensors";
   m::write_safetensors(p, tensors());
