@@ -32,12 +32,19 @@ void Watchdog::progress(std::string activity) {
 
 void Watchdog::watch() {
   std::unique_lock lock(mutex_);
+  // Check a few times per timeout, so the job ends soon after the limit.
+  const double period = std::min(1.0, timeout_s_ / 4);
+  double last_check_s = now_s();
   for (;;) {
-    // Check a few times per timeout, so the job ends soon after the limit.
-    const double period = std::min(1.0, timeout_s_ / 4);
     wake_.wait_for(lock, std::chrono::duration<double>(period), [&] { return stop_; });
     if (stop_) return;
-    const double stalled = now_s() - since_s_;
+    const double now = now_s();
+    // This thread itself was not scheduled for far longer than it asked to sleep: the whole
+    // process was paused (SIGSTOP, `scontrol suspend`, a frozen VM). That time is no rank's
+    // fault: it is not counted. A rank stalled while this one runs is still caught.
+    if (now - last_check_s > 2 * period + 1.0) since_s_ += now - last_check_s - period;
+    last_check_s = now;
+    const double stalled = now - since_s_;
     if (stalled > timeout_s_) {
       std::ostringstream message;
       message << "rank " << rank_ << ": no progress for " << static_cast<int>(stalled) << " s while " << activity_

@@ -1,8 +1,10 @@
 // Ends the job when this rank makes no progress for [runtime] collective_timeout_s: a peer
 // that died or hangs leaves the others blocked in a collective forever, and a batch job that
-// hangs burns its whole allocation. The training loop reports what it is doing; a thread
-// checks the time since the last report and, past the limit, logs which rank stalled where
-// and calls MPI_Abort (exit code kExitStalled).
+// hangs burns its whole allocation. The training loop reports what it is doing (per layer in
+// backward, so a long step is not a stall); a thread checks the time since the last report
+// and, past the limit, logs which rank stalled where and calls MPI_Abort (exit code
+// kExitStalled). Time the whole process spends paused (SIGSTOP, `scontrol suspend`) does not
+// count: the watchdog notices that it was not scheduled itself.
 #pragma once
 
 #include <condition_variable>

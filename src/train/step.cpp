@@ -27,7 +27,13 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   if (hooks.progress) hooks.progress("forward and backward (all-gathers, reduce-scatters)");
   engine.reset_times();
   engine.zero_grad();
+  size_t micro_batch = 0;
   engine.on_gradient_ready([&](size_t layer) {
+    // Each layer's reduced gradient is progress: a step longer than collective_timeout_s is no stall.
+    if (hooks.progress) {
+      hooks.progress("backward of micro-batch " + std::to_string(micro_batch + 1) + ", layer " + std::to_string(layer) +
+                     " reduced (all-gathers, reduce-scatters)");
+    }
     if (hooks.before_gradient_ready) hooks.before_gradient_ready(layer);
     optimizer.gradient_ready(layer);
   });
@@ -38,6 +44,8 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   double sums[2] = {0, 0};  // loss, aux
   try {
     for (size_t m = 0; m < batches.size(); ++m) {
+      micro_batch = m;
+      if (hooks.progress && m > 0) hooks.progress("forward of micro-batch " + std::to_string(m + 1));
       const auto r = engine.forward_backward(batches[m].tokens.to(device), batches[m].labels.to(device), loss_scale,
                                              aux_scale, m + 1 == batches.size());
       sums[0] += r.loss_sum;

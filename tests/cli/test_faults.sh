@@ -4,16 +4,18 @@
 #    ends the job soon after [runtime] collective_timeout_s, naming the rank and what it was
 #    doing;
 #  - a rank killed with SIGKILL in a 4-rank run ends the whole job within that limit, and the
-#    last complete checkpoint stays intact (verified by `inspect`).
+#    last complete checkpoint stays intact (verified by `inspect`);
+#  - the whole job paused (SIGSTOP of every process, as `scontrol suspend` does) for longer than
+#    the limit and continued is no fault: it trains to the end.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 60000 > /dev/null || fail "demo corpus"
 limit=6
-start_run() {  # start_run RANKS OUTPUT_DIR: in the background, sets $launcher
+start_run() {  # start_run RANKS OUTPUT_DIR [STEPS]: in the background, sets $launcher
   "$MPIEXEC" -np "$1" --oversubscribe "$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" \
     --set data.seq_len=32 --set training.train_batch_size=4 --set training.train_micro_batch_size_per_gpu=0 \
-    --set training.max_steps=200 --set checkpoint.every_steps=2 --set runtime.collective_timeout_s=$limit \
+    --set training.max_steps="${3:-200}" --set checkpoint.every_steps=2 --set runtime.collective_timeout_s=$limit \
     --set training.output_dir="$2" > "$2.log" 2>&1 &
   launcher=$!
 }
@@ -60,4 +62,17 @@ grep -Eq "exited on signal 9|no progress for" "$tmp/killed.log" || fail "no mess
 out=$("$SO_BIN" inspect "$tmp/killed/checkpoints/$(cat "$tmp/killed/checkpoints/latest")" 2>&1) \
   || fail "the last checkpoint is not intact: $out"
 expect_contains "$out" "match their recorded sizes and CRC32" "checkpoint verified"
-echo "faults: stalled rank ended the job in ${took}s-class time with its message; killed rank ended the 4-rank job; checkpoint intact"
+# ---- the whole job paused ----------------------------------------------------------------------
+start_run 2 "$tmp/paused" 30
+wait_for_checkpoint "$tmp/paused"
+pkill -STOP -f -- "training.output_dir=$tmp/paused"
+sleep $((limit + 5))
+pkill -CONT -f -- "training.output_dir=$tmp/paused"
+took=$(time_to_end "$tmp/paused")
+wait "$launcher"
+rc=$?
+((rc == 0)) || fail "a job paused for $((limit + 5)) s and continued ended with $rc: $(tail -20 "$tmp/paused.log")"
+grep -q "no progress for" "$tmp/paused.log" && fail "the watchdog took a pause of the whole job for a stall"
+grep -q "Step 30/30" "$tmp/paused.log" || fail "the paused job did not train to the end: $(tail -5 "$tmp/paused.log")"
+
+echo "faults: paused job trained on; stalled rank ended the job in ${took}s-class time with its message; killed rank ended the 4-rank job; checkpoint intact"
