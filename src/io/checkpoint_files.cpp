@@ -172,21 +172,25 @@ std::string broadcast_string(std::string text, MPI_Comm comm) {
 
 }  // namespace
 
+std::string lowest_rank_failure(const std::string& mine, MPI_Comm comm) {
+  int rank = 0;
+  SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  int candidate = mine.empty() ? INT_MAX : rank, first = INT_MAX;
+  SO_CHECK_MPI(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return {};
+  std::string text = mine;
+  int size = static_cast<int>(text.size());
+  SO_CHECK_MPI(MPI_Bcast(&size, 1, MPI_INT, first, comm));
+  text.resize(static_cast<size_t>(size));
+  SO_CHECK_MPI(MPI_Bcast(text.data(), size, MPI_CHAR, first, comm));
+  return text;
+}
+
 std::string checkpoint_problem(const fs::path& directory, MPI_Comm comm) {
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
-  const auto problem = local_problem(directory, rank, world);
-  // The lowest rank that found a problem tells everyone.
-  int mine = problem.empty() ? INT_MAX : rank, first = INT_MAX;
-  SO_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return {};
-  int size = static_cast<int>(problem.size());
-  SO_CHECK_MPI(MPI_Bcast(&size, 1, MPI_INT, first, comm));
-  std::string text = problem;
-  text.resize(static_cast<size_t>(size));
-  SO_CHECK_MPI(MPI_Bcast(text.data(), size, MPI_CHAR, first, comm));
-  return text;
+  return lowest_rank_failure(local_problem(directory, rank, world), comm);  // the lowest rank with a problem tells all
 }
 
 fs::path resolve_checkpoint(const fs::path& root, const std::string& request, MPI_Comm comm,

@@ -39,6 +39,9 @@ std::filesystem::path read_latest(const std::filesystem::path& root);
 // the CRC32 of the rank files k with k mod world = rank, so the data is read once in all;
 // every rank gets the same answer.
 std::string checkpoint_problem(const std::filesystem::path& directory, MPI_Comm comm);
+// Collective: the message of the lowest rank whose `mine` is not empty, on every rank; "" when
+// every rank passed "".
+std::string lowest_rank_failure(const std::string& mine, MPI_Comm comm);
 
 // The checkpoint to resume from: `request` is "latest" or a checkpoint directory. A broken
 // `latest` falls back to the newest intact checkpoint, and `notes` says why; a broken explicit

@@ -280,14 +280,53 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
 
 std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& request) {
   std::vector<std::string> notes;
-  const auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes);
+  auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes);
   if (world_.rank() == 0) {
     for (const auto& note : notes) SO_LOG(warning) << note;
   }
   if (directory.empty()) return std::nullopt;
+  // A checkpoint can verify (sizes, CRCs) and still fail to read on some rank. Every layer of
+  // a fallback is imported again, so a half-loaded state never survives.
+  for (;;) {
+    {
+      // The model and the run's settings: the same answer on every rank and for every
+      // checkpoint of the run, so a mismatch is an error, not a reason to fall back.
+      const io::CheckpointReader reader(directory);
+      check_model_matches(reader.manifest(), directory);
+      check_run_unchanged(reader.manifest(), directory);
+    }
+    std::string failure;
+    std::optional<TrainingPosition> position;
+    try {
+      position = load_from(directory);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    failure = io::lowest_rank_failure(failure, world_.world());
+    if (failure.empty()) return position;
+    fs::path older;
+    if (request == "latest") {
+      for (const auto& candidate : io::list_checkpoints(root_)) {  // oldest first
+        if (io::step_of(candidate).value_or(INT64_MAX) >= io::step_of(directory).value_or(0)) break;
+        if (io::checkpoint_problem(candidate, world_.world()).empty()) older = candidate;
+      }
+    }
+    if (older.empty()) {
+      throw Error("cannot resume from " + directory.string() + ": " + failure,
+                  request == "latest" ? "no older intact checkpoint is left under " + root_.string()
+                                      : "pick another checkpoint, or --resume latest",
+                  Error::UserInput{});
+    }
+    if (world_.rank() == 0) {
+      SO_LOG(warning) << "reading " << directory.string() << " failed (" << failure << "): falling back to "
+                      << older.string() << ", the newest intact checkpoint before it";
+    }
+    directory = older;
+  }
+}
+
+TrainingPosition TrainingCheckpoints::load_from(const fs::path& directory) {
   io::CheckpointReader reader(directory);
-  check_model_matches(reader.manifest(), directory);
-  check_run_unchanged(reader.manifest(), directory);
   // Checkpoints before this key had fp32 moments.
   const auto saved_dtype = reader.manifest().value("optimizer_state_dtype", std::string("fp32"));
   const std::string dtype(config::to_text(config_.offload.optimizer_state_dtype));

@@ -61,6 +61,8 @@ class TrainingCheckpoints {
  private:
   void check_model_matches(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
   void check_run_unchanged(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
+  // Reads `directory` into the optimizer and returns where training continues. Not collective.
+  TrainingPosition load_from(const std::filesystem::path& directory);
   // Collective: ends the job when a shard holds NaN or inf (see the definition).
   void refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step);
   const config::Config& config_;

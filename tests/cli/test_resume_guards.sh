@@ -4,6 +4,7 @@
 #    [checkpoint] accept_changed_settings resumes anyway with a warning;
 #  - `latest` that names anything but a step directory beside it (an absolute path, ../) is
 #    ignored with a note, and the newest intact checkpoint is used;
+#  - a checkpoint that verifies but fails to read falls back to the one before it;
 #  - a manifest whose world_size is 0 (its CRC in DONE fixed up) is refused, not exported as zeros;
 #  - metrics.h5 holds every step up to the checkpoint when the job is killed, though
 #    [metrics] flush_every_steps is far larger (it is flushed at each checkpoint).
@@ -46,6 +47,29 @@ for target in /etc "../../run/checkpoints/step_00000002" "step_00000004/../../x"
   expect_contains "$log" "$tmp/run/checkpoints/latest does not name a step directory beside it: ignored" "latest = $target"
   expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000004" "fallback with latest = $target"
 done
+
+# ---- a checkpoint that verifies but does not read -----------------------------------------------
+# A dataset renamed in the rank file, its size and CRC in DONE fixed up: verification passes,
+# reading fails, and the resume falls back to the checkpoint before it.
+echo step_00000004 > "$tmp/run/checkpoints/latest"
+"$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the rank file"
+import json, os, sys, zlib, h5py
+directory = sys.argv[1]
+with h5py.File(f"{directory}/rank_00000.h5", "r+") as f:
+    f.move("layers/00001/master", "layers/00001/renamed")
+data = open(f"{directory}/rank_00000.h5", "rb").read()
+done = json.load(open(f"{directory}/DONE"))
+done["files"]["rank_00000.h5"] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+open(f"{directory}/DONE", "w").write(json.dumps(done))
+PY
+out=$("$SO_BIN" inspect "$tmp/run/checkpoints/step_00000004" 2>&1) || fail "the edited checkpoint should verify: $out"
+# (step 2 was written with seed 42, step 4 with 7)
+train "$tmp/run" --set training.max_steps=6 --set training.seed=7 --set checkpoint.save_on_exit=false \
+  --set checkpoint.every_steps=0 --set checkpoint.accept_changed_settings=true
+((rc == 0)) || fail "no fallback from a checkpoint that does not read: $log"
+expect_contains "$log" "reading $tmp/run/checkpoints/step_00000004 failed (" "read failure named"
+expect_contains "$log" "falling back to $tmp/run/checkpoints/step_00000002" "fallback named"
+expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000002" "resumed from the older checkpoint"
 
 # ---- manifest fields ----------------------------------------------------------------------------
 "$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the manifest"
