@@ -103,6 +103,16 @@ class Importer {
   std::set<std::string> consumed_;
 };
 
+// `parent[key]` when it is a JSON object. Present as anything else it is a problem, not a block
+// skipped with a warning ("zero_optimization": "stage3" used to train on defaults).
+const json* block(const json& parent, const std::string& path, const char* key, Importer& in) {
+  if (!parent.contains(key)) return nullptr;
+  const json& value = parent.at(key);
+  if (value.is_object()) return &value;
+  in.problem(path, "must be a JSON object, not " + value.dump());
+  return nullptr;
+}
+
 void import_optimizer(const json& optimizer, Importer& in) {
   in.consume("optimizer.type");
   const json params = optimizer.value("params", json::object());
@@ -162,8 +172,8 @@ void import_zero(const json& zero, Importer& in) {
                           "stage3_max_live_parameters", "stage3_param_persistence_threshold"}) {
     in.map_if(zero, p, key, "zero", key);
   }
-  if (zero.contains("offload_optimizer") && zero.at("offload_optimizer").is_object()) {
-    const json& off = zero.at("offload_optimizer");
+  if (const json* offload = block(zero, p + "offload_optimizer", "offload_optimizer", in)) {
+    const json& off = *offload;
     const std::string q = p + "offload_optimizer.";
     if (off.contains("device")) {
       const std::string device = off.at("device").get<std::string>();
@@ -177,8 +187,8 @@ void import_zero(const json& zero, Importer& in) {
       in.map_if(off, q, key, "offload", key);
     }
   }
-  if (zero.contains("offload_param") && zero.at("offload_param").is_object()) {
-    const json& off = zero.at("offload_param");
+  if (const json* offload = block(zero, p + "offload_param", "offload_param", in)) {
+    const json& off = *offload;
     const std::string device = off.value("device", std::string("none"));
     if (device == "none") {
       in.consume(p + "offload_param.device");
@@ -215,20 +225,6 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
   }
 
   Importer in(name);
-  // A block of the wrong type would otherwise be ignored with a warning.
-  for (const char* block : {"optimizer", "scheduler", "zero_optimization", "bf16", "fp16"}) {
-    if (root.contains(block) && !root.at(block).is_object()) {
-      in.problem(block, "must be a JSON object, not " + root.at(block).dump());
-    }
-  }
-  if (root.contains("zero_optimization") && root.at("zero_optimization").is_object()) {
-    for (const char* block : {"offload_optimizer", "offload_param"}) {
-      const auto& zero = root.at("zero_optimization");
-      if (zero.contains(block) && !zero.at(block).is_object()) {
-        in.problem(std::string("zero_optimization.") + block, "must be a JSON object, not " + zero.at(block).dump());
-      }
-    }
-  }
   try {
     for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                             "gradient_clipping"}) {
@@ -236,18 +232,17 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
     }
     in.map_if(root, "", "steps_per_print", "logging", "log_every_steps");
     in.map_if(root, "", "wall_clock_breakdown", "metrics", "wall_clock_breakdown");
-    if (root.contains("bf16")) in.map_if(root.at("bf16"), "bf16.", "enabled", "precision", "bf16");
-    if (root.contains("fp16") && root.at("fp16").is_object()) {
-      if (root.at("fp16").value("enabled", false)) {
+    if (const json* bf16 = block(root, "bf16", "bf16", in)) in.map_if(*bf16, "bf16.", "enabled", "precision", "bf16");
+    if (const json* fp16 = block(root, "fp16", "fp16", in)) {
+      if (fp16->value("enabled", false)) {
         in.problem("fp16.enabled", "fp16 training is not supported; superoffload trains in bf16 (set \"bf16\": "
                                    "{\"enabled\": true} and drop the fp16 block)");
       }
       in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
     }
-    auto block = [&](const char* key) { return root.contains(key) && root.at(key).is_object(); };
-    if (block("zero_optimization")) import_zero(root.at("zero_optimization"), in);
-    if (block("optimizer")) import_optimizer(root.at("optimizer"), in);
-    if (block("scheduler")) import_scheduler(root.at("scheduler"), in);
+    if (const json* zero = block(root, "zero_optimization", "zero_optimization", in)) import_zero(*zero, in);
+    if (const json* optimizer = block(root, "optimizer", "optimizer", in)) import_optimizer(*optimizer, in);
+    if (const json* scheduler = block(root, "scheduler", "scheduler", in)) import_scheduler(*scheduler, in);
   } catch (const json::exception& e) {
     in.problem("(structure)", std::string("unexpected value type: ") + e.what());
   }

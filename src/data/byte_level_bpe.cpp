@@ -261,7 +261,7 @@ void ByteLevelBpe::merge_symbols(std::vector<int32_t>& symbols) const {
   const auto n = static_cast<int32_t>(symbols.size());
   if (n < 2) return;
   struct Candidate {
-    int32_t rank, position, left, right;
+    int32_t rank, position, left, right, merged;
     bool operator>(const Candidate& other) const {
       return rank != other.rank ? rank > other.rank : position > other.position;
     }
@@ -279,7 +279,7 @@ void ByteLevelBpe::merge_symbols(std::vector<int32_t>& symbols) const {
     if (right < 0) return;
     const int32_t a = symbols[static_cast<size_t>(position)], b = symbols[static_cast<size_t>(right)];
     const auto merge = merges_.find(pair_key(a, b));
-    if (merge != merges_.end()) heap.push({merge->second.first, position, a, b});
+    if (merge != merges_.end()) heap.push({merge->second.first, position, a, b, merge->second.second});
   };
   for (int32_t i = 0; i + 1 < n; ++i) offer(i);
   while (!heap.empty()) {
@@ -288,7 +288,7 @@ void ByteLevelBpe::merge_symbols(std::vector<int32_t>& symbols) const {
     const auto at = static_cast<size_t>(top.position);
     const int32_t right = next[at];
     if (!alive[at] || right < 0 || symbols[at] != top.left || symbols[static_cast<size_t>(right)] != top.right) continue;
-    symbols[at] = merges_.at(pair_key(top.left, top.right)).second;
+    symbols[at] = top.merged;
     alive[static_cast<size_t>(right)] = false;
     next[at] = next[static_cast<size_t>(right)];
     if (next[at] >= 0) previous[static_cast<size_t>(next[at])] = top.position;

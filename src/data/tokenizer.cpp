@@ -132,10 +132,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     if (tokenizer_config.value("add_bos_token", true) && special.bos) special.prefix.push_back(*special.bos);
     if (tokenizer_config.value("add_eos_token", false) && special.eos) special.suffix.push_back(*special.eos);
   }
-  for (const auto& [name, id] : {std::pair{"bos", special.bos}, std::pair{"eos", special.eos}, std::pair{"pad", special.pad}}) {
+  for (const auto& [name, id] :
+       {std::pair{"bos", special.bos}, std::pair{"eos", special.eos}, std::pair{"pad", special.pad}}) {
     SO_CHECK(!id || (*id >= 0 && *id < tokenizer->vocab_size()),
              dir.string() << ": the " << name << " token id " << *id << " is outside the tokenizer's vocabulary of "
-                          << tokenizer->vocab_size() << hint(std::string("check ") + name + "_token in tokenizer_config.json and " + name + "_token_id in config.json"));
+                          << tokenizer->vocab_size()
+                          << hint(std::string("check ") + name + "_token in tokenizer_config.json and " + name +
+                                  "_token_id in config.json"));
   }
   for (const auto& ids : {special.prefix, special.suffix}) {
     for (const auto id : ids) {

@@ -21,9 +21,12 @@ std::string layer_group(size_t layer) {
   return name;
 }
 
+// A rank file is written under this name and renamed when complete.
+fs::path partial_of(const fs::path& path) { return path.string() + ".partial"; }
+
 void write_rank_file(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
                      const std::vector<uint8_t>& rng_state, const std::function<void(const std::string&)>& progress) {
-  const fs::path partial = path.string() + ".partial";
+  const fs::path partial = partial_of(path);
   {
     auto file = Hdf5File::create(partial.string());
     for (size_t l = 0; l < shards.size(); ++l) {
@@ -52,7 +55,7 @@ void write_rank_file(const fs::path& path, int64_t step, int rank, const std::ve
 [[noreturn]] void throw_save_failed(const fs::path& root, const fs::path& directory, const fs::path& file,
                                     const std::string& cause) {
   std::error_code ignored;
-  fs::remove(file.string() + ".partial", ignored);
+  fs::remove(partial_of(file), ignored);
   // HDF5's error stack is long; the operating system's reason is the part a user needs.
   std::string reason = cause;
   const std::string marker = "error message = '";

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -163,15 +164,13 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
 // when something else went wrong; the job ends with the previous checkpoint still latest.
 // Weights loaded with [model] allow_non_finite_weights are saved with a warning instead.
 void TrainingCheckpoints::refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step) {
-  int64_t counts[2] = {0, -1};  // non-finite values; first layer holding one (max over ranks)
+  int64_t total = 0, first_layer = INT64_MAX;  // non-finite values; the first layer holding one
   for (size_t l = 0; l < states.size(); ++l) {
     const auto n = count_non_finite(states[l].master);
-    counts[0] += n;
-    if (n > 0 && counts[1] < 0) counts[1] = static_cast<int64_t>(l);
+    total += n;
+    if (n > 0) first_layer = std::min(first_layer, static_cast<int64_t>(l));
   }
-  int64_t total = counts[0], first_layer = counts[1];
   SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, world_.world()));
-  if (first_layer < 0) first_layer = INT64_MAX;
   SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first_layer, 1, MPI_INT64_T, MPI_MIN, world_.world()));
   if (total == 0) return;
   const auto& prefix = engine_.layers()[static_cast<size_t>(first_layer)].layer().hf_prefix();
@@ -288,17 +287,15 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   // A checkpoint can verify (sizes, CRCs) and still fail to read on some rank. Every layer of
   // a fallback is imported again, so a half-loaded state never survives.
   for (;;) {
-    {
-      // The model and the run's settings: the same answer on every rank and for every
-      // checkpoint of the run, so a mismatch is an error, not a reason to fall back.
-      const io::CheckpointReader reader(directory);
-      check_model_matches(reader.manifest(), directory);
-      check_run_unchanged(reader.manifest(), directory);
-    }
+    io::CheckpointReader reader(directory);
+    // The model and the run's settings: the same answer on every rank and for every
+    // checkpoint of the run, so a mismatch is an error, not a reason to fall back.
+    check_model_matches(reader.manifest(), directory);
+    check_run_unchanged(reader.manifest(), directory);
     std::string failure;
     std::optional<TrainingPosition> position;
     try {
-      position = load_from(directory);
+      position = load_from(reader, directory);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -325,8 +322,7 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   }
 }
 
-TrainingPosition TrainingCheckpoints::load_from(const fs::path& directory) {
-  io::CheckpointReader reader(directory);
+TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, const fs::path& directory) {
   // Checkpoints before this key had fp32 moments.
   const auto saved_dtype = reader.manifest().value("optimizer_state_dtype", std::string("fp32"));
   const std::string dtype(config::to_text(config_.offload.optimizer_state_dtype));

@@ -23,6 +23,9 @@ class MpiWorld;
 namespace superoffload::zero {
 class ZeroEngine;
 }
+namespace superoffload::io {
+class CheckpointReader;
+}
 namespace superoffload::optim {
 class Optimizer;
 struct ShardState;
@@ -61,8 +64,9 @@ class TrainingCheckpoints {
  private:
   void check_model_matches(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
   void check_run_unchanged(const nlohmann::json& manifest, const std::filesystem::path& directory) const;
-  // Reads `directory` into the optimizer and returns where training continues. Not collective.
-  TrainingPosition load_from(const std::filesystem::path& directory);
+  // Reads the checkpoint `reader` opened (at `directory`) into the optimizer and returns where
+  // training continues. Not collective.
+  TrainingPosition load_from(io::CheckpointReader& reader, const std::filesystem::path& directory);
   // Collective: ends the job when a shard holds NaN or inf (see the definition).
   void refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step);
   const config::Config& config_;

@@ -33,12 +33,10 @@ ModelSize model_size_from_config(const std::string& model_dir) {
   ModelSize m;
   m.architecture = c.architecture().empty() ? "?" : c.architecture();
   const bool gpt2 = c.string("model_type", "") == "gpt2";
-  SO_CHECK(c.has(gpt2 ? "n_embd" : "hidden_size") || gpt2, c.path() << " lacks hidden_size");
-  SO_CHECK(c.has(gpt2 ? "n_layer" : "num_hidden_layers") || gpt2, c.path() << " lacks num_hidden_layers");
-  SO_CHECK(c.has("vocab_size"), c.path() << " lacks vocab_size");
-  const double h = gpt2 ? size("n_embd", 768) : size("hidden_size", 0);
-  const double layers = gpt2 ? size("n_layer", 12) : size("num_hidden_layers", 0);
-  const double vocab = size("vocab_size", 0);
+  // Required (dimension() names a missing key); GPT-2 configs may rely on HF's defaults.
+  const double h = gpt2 ? size("n_embd", 768) : static_cast<double>(c.dimension("hidden_size"));
+  const double layers = gpt2 ? size("n_layer", 12) : static_cast<double>(c.dimension("num_hidden_layers"));
+  const double vocab = static_cast<double>(c.dimension("vocab_size"));
   const double heads = gpt2 ? size("n_head", 12) : size("num_attention_heads", 1);
   const double kv_heads = size("num_key_value_heads", heads);
   const double head_dim = size("head_dim", std::max(1.0, std::floor(h / heads)));
