@@ -1,20 +1,32 @@
-// Checkpoint write and read bandwidth for a ~1 GB optimizer state (fp32 master + two moments),
-// against a plain sequential write (+ fsync) and read of the same bytes to the same disk in
-// the same run. The checkpoint adds HDF5 chunking, Fletcher32, a CRC32 pass, fsyncs and the
-// manifest/DONE protocol; the ratio says what that costs. Reads run on a warm page cache for
-// both (dropping caches needs privileges a job rarely has).
+// Checkpoint write, read and verification bandwidth for an optimizer state of ~1 GB (fp32
+// master + two moments), against plain sequential I/O of the same bytes to the same disk in
+// the same run:
+//   write   save_checkpoint (rank files, fsync, read-back check, manifest, DONE, latest)
+//           against write() + fsync of one file per rank;
+//   read    what a resume does (the structure check, then every rank's shards read and
+//           checked against their CRC32Cs) against read() of that file, with a warm page
+//           cache and a cold one (dropped with /proc/sys/vm/drop_caches before each read; a
+//           run that may not drop it says so and measures warm only);
+//   verify  what `inspect` does: every rank file's whole-file CRC32C, in GB/s per rank.
+// Rounds are interleaved (plain, checkpoint, plain, …) and each ratio is the median of the
+// rounds' ratios. Prints the CPU model; the last lines are
+//   summary: ranks=N cache=warm|cold write_ratio=… read_ratio=… verify_gb_s_per_rank=…
 //
-//   mpirun -np 1 build/bin/bench_checkpoint [--gb 1] [--dir /tmp/so_bench_ckpt]
+//   mpirun -np 1|2 build/bin/bench_checkpoint [--gb 1] [--rounds 3] [--dir /tmp/so_bench_ckpt] [--threads T] [--verbose]
+//   (--threads: the reader's threads per rank; default the CPUs the rank may run on)
 #include <fcntl.h>
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "base/timer.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
@@ -57,14 +69,44 @@ void transfer_all(int fd, char* data, size_t size, bool write) {
   }
 }
 
+// Empties the page cache of this node (one rank per node does it; the bench runs on one
+// node). False when not permitted.
+bool drop_page_cache(int rank) {
+  int ok = 1;
+  if (rank == 0) {
+    ::sync();
+    std::ofstream control("/proc/sys/vm/drop_caches");
+    control << "3\n";
+    control.flush();
+    ok = control ? 1 : 0;
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return ok == 1;
+}
+
+struct Rounds {
+  std::vector<double> plain_s, checkpoint_s;
+  double median_ratio() const {  // plain time / checkpoint time: 1 is plain speed
+    std::vector<double> ratios;
+    for (size_t i = 0; i < plain_s.size(); ++i) ratios.push_back(plain_s[i] / checkpoint_s[i]);
+    return bench::median(ratios);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   double gigabytes = 1.0;
+  int rounds = 3;
+  bool verbose = false;
   std::string dir = "/tmp/so_bench_ckpt";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--verbose") == 0) verbose = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--gb") == 0) gigabytes = std::stod(argv[i + 1]);
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::stoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
   }
   int rank = 0, world = 1;
@@ -85,38 +127,85 @@ int main(int argc, char** argv) {
   const std::filesystem::path root = std::filesystem::path(dir) / "checkpoints";
   if (rank == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  const double bytes = static_cast<double>(per_layer) * 12 * kLayers * world;
-
-  // Plain: every rank writes its bytes to one file, sequentially, then fsync.
-  const std::string plain = dir + "/plain_" + std::to_string(rank) + ".bin";
   std::filesystem::create_directories(dir);
-  const double plain_write_s = collective_seconds([&] {
-    const int fd = open_or_abort(plain, O_WRONLY | O_CREAT | O_TRUNC);
-    for (auto& array : state) transfer_all(fd, reinterpret_cast<char*>(array.data()), array.size() * sizeof(float), true);
-    ::fsync(fd);
-    ::close(fd);
-  });
-  io::SaveResult saved;
-  const double checkpoint_write_s =
-      collective_seconds([&] { saved = io::save_checkpoint(root, 1, views, {}, manifest, 0, MPI_COMM_WORLD); });
-  std::string problem;
-  const double verify_s = collective_seconds([&] { problem = io::checkpoint_problem(saved.directory, MPI_COMM_WORLD); });
-  if (!problem.empty()) {
-    std::fprintf(stderr, "verification failed: %s\n", problem.c_str());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  const double gb = static_cast<double>(per_layer) * 12 * kLayers * world / 1e9;
+  const bool can_drop = drop_page_cache(rank);
+  // The reader may use the cores this rank may run on, as `train` gives it its compute threads.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  int threads = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::stoi(argv[i + 1]);
   }
 
+  const std::string plain = dir + "/plain_" + std::to_string(rank) + ".bin";
   std::vector<float> buffer(static_cast<size_t>(per_layer));
-  const double plain_read_s = collective_seconds([&] {
+  auto plain_read = [&] {
     const int fd = open_or_abort(plain, O_RDONLY);
     for (size_t a = 0; a < state.size(); ++a) {
       transfer_all(fd, reinterpret_cast<char*>(buffer.data()), buffer.size() * sizeof(float), false);
     }
     ::close(fd);
-  });
+  };
+  std::filesystem::path saved;
+  auto checkpoint_read = [&] {  // as a resume reads: the structure check, then checked reads
+    const auto problem = io::checkpoint_problem(saved, MPI_COMM_WORLD, io::Verify::structure);
+    if (!problem.empty()) {
+      std::fprintf(stderr, "the checkpoint is broken: %s\n", problem.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    io::CheckpointReader reader(saved, threads);
+    for (int l = 0; l < kLayers; ++l) {
+      for (const char* field : {"master", "exp_avg", "exp_avg_sq"}) {
+        reader.read(static_cast<size_t>(l), field, rank * per_layer, per_layer, buffer.data());
+      }
+    }
+  };
+
+  Rounds write, warm_read, cold_read;
+  std::vector<double> warm_verify_s, cold_verify_s;
+  for (int r = 0; r < rounds; ++r) {
+    // The previous round's checkpoint goes now, before the plain file is rewritten, so that
+    // freeing both (on a file system mounted with `discard`, trimming both) happens before
+    // the timed writes, not during the next reads.
+    if (rank == 0 && !saved.empty()) std::filesystem::remove_all(saved);
+    write.plain_s.push_back(collective_seconds([&] {
+      const int fd = open_or_abort(plain, O_WRONLY | O_CREAT | O_TRUNC);
+      for (auto& array : state) transfer_all(fd, reinterpret_cast<char*>(array.data()), array.size() * sizeof(float), true);
+      ::fsync(fd);
+      ::close(fd);
+    }));
+    write.checkpoint_s.push_back(collective_seconds([&] {
+      saved = io::save_checkpoint(root, r + 1, views, {}, manifest, 0, MPI_COMM_WORLD).directory;
+    }));
+    warm_read.plain_s.push_back(collective_seconds(plain_read));
+    warm_read.checkpoint_s.push_back(collective_seconds(checkpoint_read));
+    warm_verify_s.push_back(collective_seconds([&] {
+      const auto problem = io::checkpoint_problem(saved, MPI_COMM_WORLD, io::Verify::everything);
+      if (!problem.empty()) MPI_Abort(MPI_COMM_WORLD, 1);
+    }));
+    if (can_drop) {
+      drop_page_cache(rank);
+      cold_read.plain_s.push_back(collective_seconds(plain_read));
+      drop_page_cache(rank);
+      cold_read.checkpoint_s.push_back(collective_seconds(checkpoint_read));
+      drop_page_cache(rank);
+      cold_verify_s.push_back(collective_seconds([&] {
+        const auto problem = io::checkpoint_problem(saved, MPI_COMM_WORLD, io::Verify::everything);
+        if (!problem.empty()) MPI_Abort(MPI_COMM_WORLD, 1);
+      }));
+    }
+    if (verbose && rank == 0) {
+      std::printf("round %d: write %.2f/%.2f s, warm read %.3f/%.3f s", r, write.plain_s.back(), write.checkpoint_s.back(),
+                  warm_read.plain_s.back(), warm_read.checkpoint_s.back());
+      if (can_drop) std::printf(", cold read %.3f/%.3f s", cold_read.plain_s.back(), cold_read.checkpoint_s.back());
+      std::printf(" (plain/checkpoint)\n");
+    }
+  }
+  // The data read back is the data written (outside the timed reads).
   bool equal = true;
-  const double checkpoint_read_s = collective_seconds([&] {
-    io::CheckpointReader reader(saved.directory);
+  {
+    io::CheckpointReader reader(saved);
     for (int l = 0; l < kLayers; ++l) {
       int f = 0;
       for (const char* field : {"master", "exp_avg", "exp_avg_sq"}) {
@@ -125,20 +214,36 @@ int main(int argc, char** argv) {
         ++f;
       }
     }
-  });
+  }
+  int all_equal = equal ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all_equal, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 
   if (rank == 0) {
-    const double gb = bytes / 1e9;
-    std::printf("state: %.2f GB over %d rank(s), %d layers\n", gb, world, kLayers);
-    std::printf("write: checkpoint %.2f GB/s (%.2f s, incl. CRC32, fsync, manifest, DONE), plain %.2f GB/s -> ratio %.2f\n",
-                gb / checkpoint_write_s, checkpoint_write_s, gb / plain_write_s, plain_write_s / checkpoint_write_s);
-    std::printf("verify: %.2f GB/s (CRC32 of every rank file, shared over the ranks)\n", gb / verify_s);
-    std::printf("read (warm cache): checkpoint %.2f GB/s (Fletcher32 checked), plain %.2f GB/s -> ratio %.2f; data %s\n",
-                gb / checkpoint_read_s, gb / plain_read_s, plain_read_s / checkpoint_read_s, equal ? "identical" : "DIFFERS");
-    std::printf("summary: gb=%.2f write_ratio=%.2f read_ratio=%.2f\n", gb, plain_write_s / checkpoint_write_s,
-                plain_read_s / checkpoint_read_s);
+    const double per_rank = gb / world;
+    std::printf("cpu: %s; CRC32C by ISA-L\n", bench::cpu_model().c_str());
+    std::printf("state: %.2f GB over %d rank(s), %d layers, in %s; %d rounds, medians; reader threads per rank: %d\n",
+                gb, world, kLayers, dir.c_str(), rounds, threads);
+    auto rates = [&](const char* what, const Rounds& rounds_of) {
+      const double plain_s = bench::median(rounds_of.plain_s), checkpoint_s = bench::median(rounds_of.checkpoint_s);
+      std::printf("%-12s checkpoint %6.2f GB/s (%.2f s), plain %6.2f GB/s (%.2f s) -> ratio %.2f\n", what, gb / checkpoint_s,
+                  checkpoint_s, gb / plain_s, plain_s, rounds_of.median_ratio());
+    };
+    rates("write", write);
+    rates("read warm", warm_read);
+    if (can_drop) rates("read cold", cold_read);
+    std::printf("verify       warm %.2f GB/s per rank", per_rank / bench::median(warm_verify_s));
+    if (can_drop) std::printf(", cold %.2f GB/s per rank", per_rank / bench::median(cold_verify_s));
+    std::printf(" (whole-file CRC32C of every rank file, as inspect)\n");
+    if (!can_drop) std::printf("cold cache: not measured, /proc/sys/vm/drop_caches is not writable here (needs root)\n");
+    std::printf("data read back: %s\n", all_equal ? "identical" : "DIFFERS");
+    std::printf("summary: ranks=%d cache=warm write_ratio=%.2f read_ratio=%.2f verify_gb_s_per_rank=%.2f\n", world,
+                write.median_ratio(), warm_read.median_ratio(), per_rank / bench::median(warm_verify_s));
+    if (can_drop) {
+      std::printf("summary: ranks=%d cache=cold write_ratio=%.2f read_ratio=%.2f verify_gb_s_per_rank=%.2f\n", world,
+                  write.median_ratio(), cold_read.median_ratio(), per_rank / bench::median(cold_verify_s));
+    }
     std::filesystem::remove_all(dir);
   }
   MPI_Finalize();
-  return equal ? 0 : 1;
+  return all_equal ? 0 : 1;
 }

@@ -104,8 +104,8 @@ void inspect_checkpoint(const fs::path& directory, const cluster::MpiWorld& worl
               model.value("plugin_version", "?").c_str());
   std::printf("  state       %zu layers, %lld parameters (fp32 master + 2 moments), %.1f MB on disk\n",
               manifest.at("layers").size(), static_cast<long long>(parameters), static_cast<double>(bytes) / 1e6);
-  std::printf("  integrity   DONE present; manifest and %d rank file(s) match their recorded sizes and CRC32\n",
-              manifest.at("world_size").get<int>());
+  std::printf("  integrity   DONE present; manifest and %d rank file(s) match their recorded sizes and %s\n",
+              manifest.at("world_size").get<int>(), manifest.at("format_version").get<int>() == 1 ? "CRC32" : "CRC32C");
 }
 
 }  // namespace

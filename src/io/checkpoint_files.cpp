@@ -15,6 +15,7 @@
 #include "base/check_sys.hpp"
 #include "base/error.hpp"
 #include "cluster/check_mpi.hpp"
+#include "io/crc32c.hpp"
 
 namespace superoffload::io {
 
@@ -103,7 +104,7 @@ nlohmann::json read_json(const fs::path& path) {
 }
 
 // The checks every rank can make cheaply, and the CRCs of this rank's share of the files.
-std::string local_problem(const fs::path& directory, int rank, int world) {
+std::string local_problem(const fs::path& directory, int rank, int world, Verify verify) {
   if (!fs::is_directory(directory)) return directory.string() + " is not a directory";
   if (!fs::exists(directory / "DONE")) {
     return directory.string() + " has no DONE marker: the save did not complete (the job ended while writing it)";
@@ -111,15 +112,24 @@ std::string local_problem(const fs::path& directory, int rank, int world) {
   try {
     const auto done = read_json(directory / "DONE");
     if (!fs::exists(directory / "manifest.json")) return (directory / "manifest.json").string() + " is missing";
-    const auto manifest_crc = file_crc32(directory / "manifest.json");
-    if (manifest_crc != done.at("manifest_crc32").get<uint32_t>()) {
-      return (directory / "manifest.json").string() + " fails its CRC32 check (recorded in DONE): the file is corrupted";
+    // Format 1 recorded zlib CRC32s, format 2 CRC32Cs; DONE's keys say which.
+    const bool format1 = done.contains("manifest_crc32");
+    const char* crc_name = format1 ? "CRC32" : "CRC32C";
+    const auto file_crc = [format1](const fs::path& path) { return format1 ? file_crc32(path) : file_crc32c(path); };
+    const auto manifest_crc = file_crc(directory / "manifest.json");
+    if (manifest_crc != done.at(format1 ? "manifest_crc32" : "manifest_crc32c").get<uint32_t>()) {
+      return (directory / "manifest.json").string() + " fails its " + crc_name +
+             " check (recorded in DONE): the file is corrupted";
     }
     const auto manifest = read_json(directory / "manifest.json");
     const int version = manifest.at("format_version").get<int>();
-    if (version != kCheckpointFormatVersion) {
-      return directory.string() + " has checkpoint format " + std::to_string(version) + "; this build reads format " +
-             std::to_string(kCheckpointFormatVersion);
+    if (version < kOldestReadableCheckpointFormat || version > kCheckpointFormatVersion) {
+      return directory.string() + " has checkpoint format " + std::to_string(version) + "; this build reads formats " +
+             std::to_string(kOldestReadableCheckpointFormat) + " to " + std::to_string(kCheckpointFormatVersion);
+    }
+    if ((version == 1) != format1) {
+      return (directory / "DONE").string() + " records " + crc_name + "s, which checkpoint format " +
+             std::to_string(version) + " does not use";
     }
     // Fields validated before use: world_size 0 used to pass verification and export zeros.
     const auto world_size = manifest.at("world_size");
@@ -149,8 +159,9 @@ std::string local_problem(const fs::path& directory, int rank, int world) {
         return path.string() + " has " + std::to_string(bytes) + " bytes, DONE recorded " +
                std::to_string(record.at("bytes").get<uint64_t>()) + ": the file was truncated or changed";
       }
-      if (k % world == rank && file_crc32(path) != record.at("crc32").get<uint32_t>()) {
-        return path.string() + " fails its CRC32 check (recorded in DONE): the file is corrupted";
+      if (verify == Verify::everything && k % world == rank &&
+          file_crc(path) != record.at(format1 ? "crc32" : "crc32c").get<uint32_t>()) {
+        return path.string() + " fails its " + crc_name + " check (recorded in DONE): the file is corrupted";
       }
     }
   } catch (const nlohmann::json::exception& e) {
@@ -186,18 +197,18 @@ std::string lowest_rank_failure(const std::string& mine, MPI_Comm comm) {
   return text;
 }
 
-std::string checkpoint_problem(const fs::path& directory, MPI_Comm comm) {
+std::string checkpoint_problem(const fs::path& directory, MPI_Comm comm, Verify verify) {
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
-  return lowest_rank_failure(local_problem(directory, rank, world), comm);  // the lowest rank with a problem tells all
+  return lowest_rank_failure(local_problem(directory, rank, world, verify), comm);  // the lowest rank with a problem tells all
 }
 
 fs::path resolve_checkpoint(const fs::path& root, const std::string& request, MPI_Comm comm,
-                            std::vector<std::string>& notes) {
+                            std::vector<std::string>& notes, Verify verify) {
   if (request != "latest") {
     const fs::path directory(request);
-    const auto problem = checkpoint_problem(directory, comm);
+    const auto problem = checkpoint_problem(directory, comm, verify);
     SO_CHECK(problem.empty(), "cannot resume from " << request << ": " << problem
                                                     << hint("pick another checkpoint under " + root.string() +
                                                             ", or --resume latest"));
@@ -221,14 +232,14 @@ fs::path resolve_checkpoint(const fs::path& root, const std::string& request, MP
   const auto names = nlohmann::json::parse(broadcast_string(listing, comm));
   const std::string latest = names[0];
   if (!latest.empty()) {
-    const auto problem = checkpoint_problem(latest, comm);
+    const auto problem = checkpoint_problem(latest, comm, verify);
     if (problem.empty()) return latest;
     notes.push_back("checkpoint 'latest' (" + latest + ") is not usable: " + problem);
   }
   for (size_t i = 1; i < names.size(); ++i) {
     const std::string candidate = names[i];
     if (candidate == latest) continue;
-    const auto problem = checkpoint_problem(candidate, comm);
+    const auto problem = checkpoint_problem(candidate, comm, verify);
     if (problem.empty()) {
       if (!notes.empty() || !latest.empty()) notes.push_back("falling back to " + candidate + ", the newest intact checkpoint");
       return candidate;

@@ -8,15 +8,18 @@
 #include "base/error.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/rank_file.hpp"
 
 namespace superoffload::io {
 
 namespace fs = std::filesystem;
 
-CheckpointReader::CheckpointReader(fs::path directory) : directory_(std::move(directory)) {
+CheckpointReader::CheckpointReader(fs::path directory, int threads)
+    : directory_(std::move(directory)), threads_(threads) {
   std::ifstream in(directory_ / "manifest.json");
   SO_CHECK(in, "cannot read " << (directory_ / "manifest.json").string());
   manifest_ = nlohmann::json::parse(in);
+  format_ = manifest_.at("format_version").get<int>();
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -25,9 +28,15 @@ int64_t CheckpointReader::step() const { return manifest_.at("step").get<int64_t
 int CheckpointReader::world_size() const { return manifest_.at("world_size").get<int>(); }
 size_t CheckpointReader::layers() const { return manifest_.at("layers").size(); }
 
-Hdf5File& CheckpointReader::file(int rank) {
-  auto& slot = files_[rank];
+Hdf5File& CheckpointReader::format1_file(int rank) {
+  auto& slot = format1_files_[rank];
   if (!slot) slot = std::make_unique<Hdf5File>(Hdf5File::open_read((directory_ / rank_file_name(rank)).string()));
+  return *slot;
+}
+
+RankFileReader& CheckpointReader::file(int rank) {
+  auto& slot = files_[rank];
+  if (!slot) slot = std::make_unique<RankFileReader>(directory_ / rank_file_name(rank), threads_);
   return *slot;
 }
 
@@ -46,22 +55,39 @@ void CheckpointReader::read(size_t layer, const std::string& field, int64_t begi
   const int64_t shard = entry.at("shard_numel").get<int64_t>();
   const int64_t stored = shard * world_size();
   const int64_t end = begin + count;
-  std::fill(out, out + count, 0.0f);
+  // Elements past the stored ones (the writer's world had less padding) read as 0.
+  if (end > stored) std::fill(out + std::max<int64_t>(0, stored - begin), out + count, 0.0f);
   for (int64_t at = begin; at < std::min(end, stored);) {
     const int owner = static_cast<int>(at / shard);
     const int64_t offset = at - owner * shard;
     const int64_t length = std::min(end, (owner + 1) * shard) - at;
-    file(owner).read_float_slice(dataset(layer, field), offset, length, out + (at - begin));
+    if (format_ == 1) {
+      format1_file(owner).read_float_slice(dataset(layer, field), offset, length, out + (at - begin));
+    } else {
+      file(owner).read(dataset(layer, field), static_cast<uint64_t>(offset), static_cast<uint64_t>(length),
+                       out + (at - begin));
+    }
     at += length;
   }
 }
 
-int64_t CheckpointReader::steps(size_t layer) { return file(0).read_int64(dataset(layer, "steps")).values.at(0); }
+int64_t CheckpointReader::steps(size_t layer) {
+  if (format_ == 1) return format1_file(0).read_int64(dataset(layer, "steps")).values.at(0);
+  int64_t steps = 0;
+  file(0).read(dataset(layer, "steps"), 0, 1, &steps);
+  return steps;
+}
 
 std::vector<uint8_t> CheckpointReader::rng_state(int rank) {
+  if (format_ == 1) {
+    auto& f = format1_file(rank);
+    return f.has("rng_state") ? f.read_uint8("rng_state").values : std::vector<uint8_t>{};
+  }
   auto& f = file(rank);
   if (!f.has("rng_state")) return {};
-  return f.read_uint8("rng_state").values;
+  std::vector<uint8_t> state(f.count("rng_state"));
+  f.read("rng_state", 0, state.size(), state.data());
+  return state;
 }
 
 }  // namespace superoffload::io

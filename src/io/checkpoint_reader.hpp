@@ -1,6 +1,7 @@
 // Reads a checkpoint written by any number of ranks: the manifest's layout says where each
 // layer's flat elements lie (rank k of M holds [k·shard, (k+1)·shard)), so a run of N ranks
-// reads exactly the slices of its own shards from the files that hold them.
+// reads exactly the slices of its own shards from the files that hold them. Every byte read is
+// checked: format 2 against its block's CRC32C, format 1 by HDF5's Fletcher32 filter.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,11 +16,13 @@
 namespace superoffload::io {
 
 class Hdf5File;
+class RankFileReader;
 
 class CheckpointReader {
  public:
-  // Reads manifest.json; integrity is checked beforehand (checkpoint_problem).
-  explicit CheckpointReader(std::filesystem::path directory);
+  // Reads manifest.json; integrity is checked beforehand (checkpoint_problem). `threads`: how
+  // many threads each read may use (the rank's cores; a resume has nothing else to run).
+  explicit CheckpointReader(std::filesystem::path directory, int threads = 1);
   ~CheckpointReader();
 
   const std::filesystem::path& directory() const { return directory_; }
@@ -36,10 +39,14 @@ class CheckpointReader {
   std::vector<uint8_t> rng_state(int rank);
 
  private:
-  Hdf5File& file(int rank);
+  Hdf5File& format1_file(int rank);
+  RankFileReader& file(int rank);
   std::filesystem::path directory_;
   nlohmann::json manifest_;
-  std::map<int, std::unique_ptr<Hdf5File>> files_;
+  int format_ = 0;
+  int threads_ = 1;
+  std::map<int, std::unique_ptr<Hdf5File>> format1_files_;
+  std::map<int, std::unique_ptr<RankFileReader>> files_;
 };
 
 }  // namespace superoffload::io

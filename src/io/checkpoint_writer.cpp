@@ -7,7 +7,8 @@
 #include "base/timer.hpp"
 #include "cluster/check_mpi.hpp"
 #include "io/checkpoint_files.hpp"
-#include "io/hdf5_file.hpp"
+#include "io/crc32c.hpp"
+#include "io/rank_file.hpp"
 
 namespace superoffload::io {
 
@@ -24,29 +25,27 @@ std::string layer_group(size_t layer) {
 // A rank file is written under this name and renamed when complete.
 fs::path partial_of(const fs::path& path) { return path.string() + ".partial"; }
 
-void write_rank_file(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
-                     const std::vector<uint8_t>& rng_state, const std::function<void(const std::string&)>& progress) {
-  const fs::path partial = partial_of(path);
-  {
-    auto file = Hdf5File::create(partial.string());
-    for (size_t l = 0; l < shards.size(); ++l) {
-      if (progress) progress("writing layer " + std::to_string(l + 1) + "/" + std::to_string(shards.size()));
-      const auto& s = shards[l];
-      const std::vector<hsize_t> shape{static_cast<hsize_t>(s.numel)};
-      const auto group = layer_group(l);
-      file.write_float(group + "master", shape, s.master);
-      file.write_float(group + "exp_avg", shape, s.exp_avg);
-      file.write_float(group + "exp_avg_sq", shape, s.exp_avg_sq);
-      file.write_int64(group + "steps", {1}, &s.steps);
-    }
-    const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
-    file.write_int64("header", {3}, header);
-    if (!rng_state.empty()) file.write_uint8("rng_state", {rng_state.size()}, rng_state.data());
-    file.close();  // checked: the bytes HDF5 still caches are written here
+// The rank file's datasets: per layer the three fp32 arrays and the step count, then the
+// header and the RNG state. Written under a temporary name, renamed when complete.
+WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
+                       const std::vector<uint8_t>& rng_state, const std::function<void(const std::string&)>& progress) {
+  std::vector<DatasetSource> datasets;
+  for (size_t l = 0; l < shards.size(); ++l) {
+    const auto& s = shards[l];
+    const auto group = layer_group(l);
+    const auto numel = static_cast<uint64_t>(s.numel);
+    datasets.push_back({group + "master", ElementType::f32, s.master, numel});
+    datasets.push_back({group + "exp_avg", ElementType::f32, s.exp_avg, numel});
+    datasets.push_back({group + "exp_avg_sq", ElementType::f32, s.exp_avg_sq, numel});
+    datasets.push_back({group + "steps", ElementType::i64, &s.steps, 1});
   }
-  if (progress) progress("syncing " + path.filename().string());
-  sync_path(partial);
+  const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
+  datasets.push_back({"header", ElementType::i64, header, 3});
+  if (!rng_state.empty()) datasets.push_back({"rng_state", ElementType::u8, rng_state.data(), rng_state.size()});
+  const fs::path partial = partial_of(path);
+  const auto written = write_rank_file(partial, datasets, progress);
   fs::rename(partial, path);
+  return written;
 }
 
 // A rank file that cannot be written (a full disk, a quota, an I/O error): its partial file is
@@ -101,13 +100,14 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   }
 
   const fs::path mine = result.directory / rank_file_name(rank);
+  WrittenFile written;
   try {
-    write_rank_file(mine, step, rank, shards, rng_state, progress);
+    written = write_rank(mine, step, rank, shards, rng_state, progress);
   } catch (const std::exception& e) {
     throw_save_failed(root, result.directory, mine, e.what());
   }
-  if (progress) progress("checksumming " + mine.filename().string());
-  uint64_t record[2] = {static_cast<uint64_t>(fs::file_size(mine)), file_crc32(mine)};
+  // The size and the CRC32C of the file as it was read back after fsync.
+  uint64_t record[2] = {written.bytes, written.crc32c};
   std::vector<uint64_t> records(static_cast<size_t>(2 * world));
   SO_CHECK_MPI(MPI_Gather(record, 2, MPI_UINT64_T, records.data(), 2, MPI_UINT64_T, 0, comm));
 
@@ -117,10 +117,10 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
     manifest["world_size"] = world;
     write_file_atomically(result.directory / "manifest.json", manifest.dump(1));
     nlohmann::json done;
-    done["manifest_crc32"] = file_crc32(result.directory / "manifest.json");
+    done["manifest_crc32c"] = file_crc32c(result.directory / "manifest.json");
     for (int k = 0; k < world; ++k) {
       done["files"][rank_file_name(k)] = {{"bytes", records[static_cast<size_t>(2 * k)]},
-                                          {"crc32", records[static_cast<size_t>(2 * k + 1)]}};
+                                          {"crc32c", records[static_cast<size_t>(2 * k + 1)]}};
       result.bytes += records[static_cast<size_t>(2 * k)];
     }
     // Every rank file was renamed into place before the gather: DONE is the last word.

@@ -25,10 +25,17 @@ Hdf5File Hdf5File::open_read_swmr(const std::string& path) {
   return file;
 }
 
-Hdf5File Hdf5File::create(const std::string& path) {
+Hdf5File Hdf5File::create(const std::string& path, const CreateOptions& options) {
   Hdf5File file;
   file.path_ = path;
-  file.file_ = Hdf5Handle(SO_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+  const Hdf5Handle access(SO_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS), "file access properties"), H5Pclose);
+  if (options.latest_format) {
+    SO_CHECK_HDF5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "file format bounds");
+  }
+  if (options.metadata_block_bytes > 0) {
+    SO_CHECK_HDF5(H5Pset_meta_block_size(access.get(), options.metadata_block_bytes), "metadata block size");
+  }
+  file.file_ = Hdf5Handle(SO_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
                                         "creating " << path),
                           H5Fclose);
   return file;
@@ -199,6 +206,97 @@ void write_string_attribute(hid_t object, const std::string& name, const std::st
 
 void Hdf5File::set_attribute(const std::string& name, const std::string& value) {
   write_string_attribute(file_.get(), name, value);
+}
+
+uint64_t Hdf5File::create_contiguous(const std::string& dataset, hid_t file_type, uint64_t count) {
+  const hsize_t dims = count;
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(1, &dims, nullptr), "dataspace for " << dataset), H5Sclose);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "properties for " << dataset), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_layout(properties.get(), H5D_CONTIGUOUS), "layout of " << dataset);
+  // Space reserved at creation, and no fill values written into it: the caller's bytes are
+  // the only write of the data.
+  SO_CHECK_HDF5(H5Pset_alloc_time(properties.get(), H5D_ALLOC_TIME_EARLY), "allocation of " << dataset);
+  SO_CHECK_HDF5(H5Pset_fill_time(properties.get(), H5D_FILL_TIME_NEVER), "fill of " << dataset);
+  const Hdf5Handle links(SO_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "link properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_create_intermediate_group(links.get(), 1), "intermediate groups for " << dataset);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file_.get(), dataset.c_str(), file_type, space.get(), links.get(),
+                                                properties.get(), H5P_DEFAULT),
+                                     "creating " << path_ << ":" << dataset),
+                       H5Dclose);
+  if (count == 0) return 0;
+  const haddr_t offset = H5Dget_offset(set.get());
+  SO_CHECK(offset != HADDR_UNDEF, path_ << ":" << dataset << " was not allocated at creation");
+  return offset;
+}
+
+Hdf5File::Extent Hdf5File::contiguous_extent(const std::string& dataset) const {
+  const auto set = open_dataset(dataset);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Dget_create_plist(set.get()), path_ << ":" << dataset), H5Pclose);
+  SO_CHECK(H5Pget_layout(properties.get()) == H5D_CONTIGUOUS,
+           path_ << ":" << dataset << " is not stored contiguously (a checkpoint of another format?)");
+  const Hdf5Handle type(SO_CHECK_HDF5(H5Dget_type(set.get()), path_ << ":" << dataset), H5Tclose);
+  Extent extent;
+  extent.element_bytes = H5Tget_size(type.get());
+  size_t count = 1;
+  for (auto d : shape(dataset)) count *= d;
+  extent.bytes = count * extent.element_bytes;
+  if (extent.bytes == 0) return extent;
+  extent.offset = H5Dget_offset(set.get());
+  SO_CHECK(extent.offset != HADDR_UNDEF, path_ << ":" << dataset << " has no storage");
+  return extent;
+}
+
+namespace {
+
+template <class T>
+void write_numeric_attribute(hid_t file, const std::string& path, const std::string& object, const std::string& name,
+                             hid_t file_type, hid_t memory_type, const T* values, hsize_t count, bool scalar) {
+  const Hdf5Handle space(SO_CHECK_HDF5(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr),
+                                       "attribute space"),
+                         H5Sclose);
+  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Acreate_by_name(file, object.c_str(), name.c_str(), file_type, space.get(),
+                                                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                           "attribute " << name << " of " << path << ":" << object),
+                             H5Aclose);
+  SO_CHECK_HDF5(H5Awrite(attribute.get(), memory_type, values), "writing attribute " << name << " of " << path << ":" << object);
+}
+
+template <class T>
+std::vector<T> read_numeric_attribute(hid_t file, const std::string& path, const std::string& object,
+                                      const std::string& name, hid_t memory_type) {
+  SO_CHECK(H5Aexists_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT) > 0,
+           path << ":" << object << " has no attribute \"" << name << "\"");
+  const Hdf5Handle attribute(
+      SO_CHECK_HDF5(H5Aopen_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                    "attribute " << name << " of " << path << ":" << object),
+      H5Aclose);
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Aget_space(attribute.get()), "attribute space"), H5Sclose);
+  const auto count = SO_CHECK_HDF5(H5Sget_simple_extent_npoints(space.get()), "attribute size");
+  std::vector<T> values(static_cast<size_t>(count));
+  SO_CHECK_HDF5(H5Aread(attribute.get(), memory_type, values.data()),
+                "reading attribute " << name << " of " << path << ":" << object);
+  return values;
+}
+
+}  // namespace
+
+void Hdf5File::write_attribute(const std::string& dataset, const std::string& name, const std::vector<uint32_t>& values) {
+  write_numeric_attribute(file_.get(), path_, dataset, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, values.data(),
+                          values.size(), false);
+}
+
+void Hdf5File::write_attribute(const std::string& dataset, const std::string& name, uint64_t value) {
+  write_numeric_attribute(file_.get(), path_, dataset, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value, 1, true);
+}
+
+std::vector<uint32_t> Hdf5File::read_uint32_attribute(const std::string& dataset, const std::string& name) const {
+  return read_numeric_attribute<uint32_t>(file_.get(), path_, dataset, name, H5T_NATIVE_UINT32);
+}
+
+uint64_t Hdf5File::read_uint64_attribute(const std::string& dataset, const std::string& name) const {
+  const auto values = read_numeric_attribute<uint64_t>(file_.get(), path_, dataset, name, H5T_NATIVE_UINT64);
+  SO_CHECK(values.size() == 1, path_ << ":" << dataset << " attribute \"" << name << "\" is not one number");
+  return values[0];
 }
 
 }  // namespace superoffload::io

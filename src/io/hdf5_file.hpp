@@ -64,8 +64,17 @@ class Hdf5File {
   static Hdf5File open_read(const std::string& path);
   // Read-only while another process may be appending in SWMR mode (metrics.h5).
   static Hdf5File open_read_swmr(const std::string& path);
+  struct CreateOptions {
+    // The newest file format this HDF5 writes (1.10: every metadata block checksummed)
+    // instead of the 1.8-compatible default.
+    bool latest_format = false;
+    // Metadata is gathered in blocks of this size (HDF5's default: 2 KiB), so that a file of
+    // large datasets keeps its metadata together at its start instead of between the data.
+    size_t metadata_block_bytes = 0;
+  };
   // Creates (or truncates) `path`.
-  static Hdf5File create(const std::string& path);
+  static Hdf5File create(const std::string& path, const CreateOptions& options);
+  static Hdf5File create(const std::string& path) { return create(path, CreateOptions{}); }
   // Flushes and closes now, checking both: HDF5 writes cached data and metadata at close, and
   // a destructor cannot report that this failed (a full disk). Nothing may be used after it.
   void close();
@@ -90,6 +99,23 @@ class Hdf5File {
   void write_uint8(const std::string& dataset, const std::vector<hsize_t>& shape, const uint8_t* values);
   // A string attribute of the file's root group.
   void set_attribute(const std::string& name, const std::string& value);
+
+  // A 1-D dataset of `count` elements of `file_type` (H5T_IEEE_F32LE…) stored contiguously,
+  // allocated now and never filled: the caller writes its bytes at the returned file offset
+  // itself (contiguous_extent). No chunks, no filters, so any HDF5 reader reads it as is.
+  uint64_t create_contiguous(const std::string& dataset, hid_t file_type, uint64_t count);
+  struct Extent {
+    uint64_t offset = 0;  // in the file
+    uint64_t bytes = 0;
+    size_t element_bytes = 0;
+  };
+  // Where a contiguous dataset's bytes lie; an error for a chunked or unallocated one.
+  Extent contiguous_extent(const std::string& dataset) const;
+  // Numeric attributes of a dataset.
+  void write_attribute(const std::string& dataset, const std::string& name, const std::vector<uint32_t>& values);
+  void write_attribute(const std::string& dataset, const std::string& name, uint64_t value);
+  std::vector<uint32_t> read_uint32_attribute(const std::string& dataset, const std::string& name) const;
+  uint64_t read_uint64_attribute(const std::string& dataset, const std::string& name) const;
 
  private:
   void write(const std::string& dataset, const std::vector<hsize_t>& shape, hid_t memory_type, const void* values);

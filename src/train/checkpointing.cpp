@@ -21,6 +21,7 @@
 #include "cluster/mpi_world.hpp"
 #include "config/toml_writer.hpp"
 #include "io/checkpoint_files.hpp"
+#include "cluster/compute_threads.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
 #include "optim/optimizer.hpp"
@@ -279,7 +280,9 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
 
 std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& request) {
   std::vector<std::string> notes;
-  auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes);
+  // Structure only: every byte the load reads is checked against its checksums, and a load
+  // that fails falls back below, so the rank files are read once, not twice.
+  auto directory = io::resolve_checkpoint(root_, request, world_.world(), notes, io::Verify::structure);
   if (world_.rank() == 0) {
     for (const auto& note : notes) SO_LOG(warning) << note;
   }
@@ -287,7 +290,7 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
   // A checkpoint can verify (sizes, CRCs) and still fail to read on some rank. Every layer of
   // a fallback is imported again, so a half-loaded state never survives.
   for (;;) {
-    io::CheckpointReader reader(directory);
+    io::CheckpointReader reader(directory, cluster::compute_threads());
     // The model and the run's settings: the same answer on every rank and for every
     // checkpoint of the run, so a mismatch is an error, not a reason to fall back.
     check_model_matches(reader.manifest(), directory);
@@ -305,7 +308,7 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
     if (request == "latest") {
       for (const auto& candidate : io::list_checkpoints(root_)) {  // oldest first
         if (io::step_of(candidate).value_or(INT64_MAX) >= io::step_of(directory).value_or(0)) break;
-        if (io::checkpoint_problem(candidate, world_.world()).empty()) older = candidate;
+        if (io::checkpoint_problem(candidate, world_.world(), io::Verify::structure).empty()) older = candidate;
       }
     }
     if (older.empty()) {

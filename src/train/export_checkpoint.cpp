@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "io/checkpoint_files.hpp"
+#include "cluster/compute_threads.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "model_io/export_hf.hpp"
 #include "model_io/load_model.hpp"
@@ -38,7 +39,7 @@ fs::path find_checkpoint_to_export(const std::string& given, MPI_Comm comm) {
 }
 
 ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequest& request) {
-  io::CheckpointReader reader(directory);
+  io::CheckpointReader reader(directory, cluster::compute_threads());
   const auto& saved = reader.manifest();
   const auto model_dir = request.model.empty() ? saved.at("model").at("path").get<std::string>() : request.model;
   SO_CHECK(fs::exists(fs::path(model_dir) / "config.json"),

@@ -6,7 +6,9 @@
 #  2. a checkpoint written by 2 ranks resumes with 1 and with 4, and the state those runs
 #     save equals the original (fp32 master, exp_avg, exp_avg_sq, element for element);
 #  3. a flipped byte, a truncated rank file, a missing DONE and a deleted rank file are each
-#     refused with their reason, and the run falls back to the previous checkpoint.
+#     refused with their reason, and the run falls back to the previous checkpoint;
+#  4. a checkpoint of format 1 (chunked datasets with Fletcher32, zlib CRC32s in DONE; made
+#     here from a format-2 one with h5py) still resumes, with the same losses as format 2.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
@@ -115,14 +117,26 @@ corrupt_case() {  # corrupt_case NAME EXPECTED_MESSAGE COMMAND...
   expect_contains "$out" "falling back to $dir/checkpoints/step_00000012" "$name: fallback"
   expect_contains "$out" "resumed from $dir/checkpoints/step_00000012: step 12" "$name: resumed from the previous"
 }
-flip_byte() {
+flip_byte() {  # flip_byte AT: a byte of rank_00001.h5, "middle" or a dataset's first byte
   "$SO_PYTHON" -c "
-import os
-size = os.path.getsize('rank_00001.h5')
+import os, sys, h5py
+at = sys.argv[1]
+if at == 'middle':
+    offset = os.path.getsize('rank_00001.h5') // 2
+else:
+    with h5py.File('rank_00001.h5', 'r') as f:
+        offset = f[at].id.get_offset()
 with open('rank_00001.h5', 'r+b') as f:
-    f.seek(size // 2); b = f.read(1); f.seek(size // 2); f.write(bytes([b[0] ^ 0x40]))"
+    f.seek(offset); b = f.read(1); f.seek(offset); f.write(bytes([b[0] ^ 0x40]))" "$1"
 }
-corrupt_case flipped "rank_00001.h5 fails its CRC32 check" flip_byte
+# A resume reads every byte it uses against its block's CRC32C: the load fails and falls back.
+corrupt_case flipped_data "rank_00001.h5: dataset \"layers/00001/exp_avg\" fails its CRC32C check in bytes [0," \
+  flip_byte layers/00001/exp_avg
+# inspect reads every file whole against DONE's CRC32C, wherever the byte lies.
+mkdir -p "$tmp/corrupt-middle" && cp -r "$tmp/full/checkpoints" "$tmp/corrupt-middle/"
+(cd "$tmp/corrupt-middle/checkpoints/step_00000016" && flip_byte middle) || fail "could not corrupt"
+out=$("$SO_BIN" inspect "$tmp/corrupt-middle/checkpoints/step_00000016" 2>&1) && fail "inspect passed a flipped byte"
+expect_contains "$out" "rank_00001.h5 fails its CRC32C check (recorded in DONE)" "inspect names the file"
 corrupt_case truncated "rank_00000.h5 has" truncate -s -4096 rank_00000.h5
 corrupt_case no_done "has no DONE marker" rm DONE
 corrupt_case deleted "rank_00001.h5 is missing" rm rank_00001.h5
@@ -136,3 +150,40 @@ sed -i 's/"intermediate_size": 1024/"intermediate_size": 512/' "$tmp/other-model
 out=$(train 2 "$tmp/full" --set model.path="$tmp/other-model" 2>&1) && fail "another model's checkpoint was accepted"
 expect_contains "$out" "was written for another model: parameter" "model mismatch named"
 echo "checkpoints: kill+resume bit-identical, reshard 2->1/4 identical, 4 corruptions refused with fallback"
+
+# ---- 4. Format 1 still resumes -----------------------------------------------------------------
+mkdir -p "$tmp/format1/checkpoints"
+cp -r "$tmp/full/checkpoints/step_00000012" "$tmp/format1/checkpoints/"
+"$SO_PYTHON" - "$tmp/format1/checkpoints/step_00000012" <<'PY' || fail "making a format-1 checkpoint"
+import json, os, sys, zlib, h5py
+directory = sys.argv[1]
+manifest = json.load(open(f"{directory}/manifest.json"))
+manifest["format_version"] = 1
+text = json.dumps(manifest, indent=1)
+open(f"{directory}/manifest.json", "w").write(text)
+done = {"manifest_crc32": zlib.crc32(text.encode()), "files": {}}
+for k in range(manifest["world_size"]):
+    name = f"rank_{k:05d}.h5"
+    with h5py.File(f"{directory}/{name}", "r") as new, h5py.File(f"{directory}/{name}.old", "w") as old:
+        def copy(path, item):
+            if isinstance(item, h5py.Dataset):  # format 1: chunked, Fletcher32, no CRC32C attributes
+                old.create_dataset(path, data=item[...], chunks=True, fletcher32=True)
+        new.visititems(copy)
+    os.replace(f"{directory}/{name}.old", f"{directory}/{name}")
+    data = open(f"{directory}/{name}", "rb").read()
+    done["files"][name] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+open(f"{directory}/DONE", "w").write(json.dumps(done))
+PY
+out=$("$SO_BIN" inspect "$tmp/format1/checkpoints/step_00000012" 2>&1) || fail "inspect of format 1: $out"
+expect_contains "$out" "format 1" "format 1 inspected"
+expect_contains "$out" "match their recorded sizes and CRC32" "format 1 verified"
+train 2 "$tmp/format1" > "$tmp/format1.log" 2>&1 || fail "resume from format 1: $(tail -20 "$tmp/format1.log")"
+expect_contains "$(cat "$tmp/format1.log")" "resumed from $tmp/format1/checkpoints/step_00000012: step 12" "format 1 resumed"
+"$SO_PYTHON" - "$tmp/full/metrics.h5" "$tmp/format1/metrics.h5" <<'PY' || fail "format 1 resumed differently"
+import sys, h5py, numpy as np
+full, resumed = (h5py.File(p, "r") for p in sys.argv[1:3])
+assert list(resumed["train/step"][...]) == [13, 14, 15, 16], resumed["train/step"][...]
+assert np.array_equal(full["train/loss"][12:], resumed["train/loss"][...]), (full["train/loss"][12:], resumed["train/loss"][...])
+print("format 1: steps 13-16 bit-identical to the format-2 run")
+PY
+echo "format 1 checkpoints still resume, bit-identical"

@@ -53,13 +53,13 @@ done
 # reading fails, and the resume falls back to the checkpoint before it.
 echo step_00000004 > "$tmp/run/checkpoints/latest"
 "$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the rank file"
-import json, os, sys, zlib, h5py
+import json, os, sys, crc32c, h5py
 directory = sys.argv[1]
 with h5py.File(f"{directory}/rank_00000.h5", "r+") as f:
     f.move("layers/00001/master", "layers/00001/renamed")
 data = open(f"{directory}/rank_00000.h5", "rb").read()
 done = json.load(open(f"{directory}/DONE"))
-done["files"]["rank_00000.h5"] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+done["files"]["rank_00000.h5"] = {"bytes": len(data), "crc32c": crc32c.crc32c(data)}
 open(f"{directory}/DONE", "w").write(json.dumps(done))
 PY
 out=$("$SO_BIN" inspect "$tmp/run/checkpoints/step_00000004" 2>&1) || fail "the edited checkpoint should verify: $out"
@@ -73,14 +73,14 @@ expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000002" "resume
 
 # ---- manifest fields ----------------------------------------------------------------------------
 "$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the manifest"
-import json, sys, zlib
+import json, sys, crc32c
 directory = sys.argv[1]
 manifest = json.load(open(f"{directory}/manifest.json"))
 manifest["world_size"] = 0
 text = json.dumps(manifest, indent=1)
 open(f"{directory}/manifest.json", "w").write(text)
 done = json.load(open(f"{directory}/DONE"))
-done["manifest_crc32"] = zlib.crc32(text.encode())
+done["manifest_crc32c"] = crc32c.crc32c(text.encode())
 open(f"{directory}/DONE", "w").write(json.dumps(done))
 PY
 out=$("$SO_BIN" inspect "$tmp/run/checkpoints/step_00000004" 2>&1)

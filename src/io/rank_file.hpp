@@ -1,0 +1,79 @@
+// The rank file of checkpoint format 2: an HDF5 file (h5py and every HDF5 tool read it as any
+// other) whose datasets are 1-D and contiguous, and whose bytes do not pass through HDF5. HDF5
+// lays out the structure (datasets allocated at creation, never filled, metadata checksummed
+// by HDF5's 1.10 format); the data goes from the caller's buffers to its file offsets with
+// pwrite, and comes back with pread straight into the destination. Each dataset carries the
+// CRC32C of every block of `crc32c_block_bytes` bytes as its attribute `crc32c`, so a reader
+// verifies exactly what it reads, a slice of a dataset included (resharding), at the cost of
+// the blocks at its two ends.
+//
+// Format 1 stored chunked datasets with HDF5's Fletcher32 filter, read through hyperslab
+// selections: a sixth of the disk's speed. See checkpoint_files.hpp.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_file.hpp"
+
+namespace superoffload::io {
+
+enum class ElementType { f32, i64, u8 };
+
+// One dataset to write: `count` elements at `data` (host memory, native little-endian).
+struct DatasetSource {
+  std::string name;  // "layers/00003/master"
+  ElementType type = ElementType::f32;
+  const void* data = nullptr;
+  uint64_t count = 0;
+};
+
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;  // of the whole file, as read back
+};
+
+// Writes `datasets` to `path` (created or truncated), then fsyncs it and reads it back whole:
+// every block must match the CRC32C taken of it in memory, or this throws naming the dataset.
+// The read-back runs while fsync pushes the pages to the disk. `progress` (optional) hears
+// each dataset as it is written.
+WrittenFile write_rank_file(const std::filesystem::path& path, const std::vector<DatasetSource>& datasets,
+                            const std::function<void(const std::string&)>& progress = nullptr);
+
+class RankFileReader {
+ public:
+  // `threads`: how many threads a read may use (reading and checking blocks in parallel).
+  explicit RankFileReader(const std::filesystem::path& path, int threads = 1);
+  ~RankFileReader();
+  RankFileReader(const RankFileReader&) = delete;
+  RankFileReader& operator=(const RankFileReader&) = delete;
+
+  bool has(const std::string& dataset) const { return file_.has(dataset); }
+  uint64_t count(const std::string& dataset);
+  // Elements [begin, begin + count) of `dataset` into `out`, each block checked against its
+  // CRC32C; a mismatch throws naming the file, the dataset and the bytes.
+  void read(const std::string& dataset, uint64_t begin, uint64_t count, void* out);
+
+ private:
+  struct Layout {
+    Hdf5File::Extent extent;
+    uint64_t block_bytes = 0;
+    std::vector<uint32_t> crcs;
+  };
+  const Layout& layout(const std::string& dataset);
+  // Whether bytes [offset, offset + bytes) of the file are all in the page cache (false when
+  // the kernel cannot tell).
+  bool resident(uint64_t offset, uint64_t bytes) const;
+  std::filesystem::path path_;
+  Hdf5File file_;
+  int fd_ = -1;
+  int threads_ = 1;
+  bool cached_ = false;  // the whole file was in the page cache at open
+  std::map<std::string, Layout> layouts_;
+};
+
+}  // namespace superoffload::io

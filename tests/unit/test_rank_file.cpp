@@ -1,0 +1,132 @@
+// Checkpoint format 2's pieces: CRC32C against RFC 3720's test vectors, and rank files read
+// back whole and in slices (the resharding case), by one thread and by several, with
+// corruption in a dataset's bytes named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+#include "base/error.hpp"
+#include "io/crc32c.hpp"
+#include "io/hdf5_file.hpp"
+#include "io/rank_file.hpp"
+
+namespace io = superoffload::io;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch_dir(const char* name) {
+  const auto dir = fs::temp_directory_path() / ("so_rank_file_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST(Crc32c, MatchesTheIscsiTestVectors) {
+  // RFC 3720, B.4.
+  std::vector<unsigned char> zeros(32, 0x00), ones(32, 0xff), rising(32), falling(32);
+  std::iota(rising.begin(), rising.end(), 0);
+  for (int i = 0; i < 32; ++i) falling[static_cast<size_t>(i)] = static_cast<unsigned char>(31 - i);
+  EXPECT_EQ(io::crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(io::crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  EXPECT_EQ(io::crc32c(rising.data(), rising.size()), 0x46DD794Eu);
+  EXPECT_EQ(io::crc32c(falling.data(), falling.size()), 0x113FDB5Cu);
+  EXPECT_EQ(io::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(io::crc32c(nullptr, 0), 0u);
+}
+
+TEST(Crc32c, ChainsLikeOnePass) {
+  std::vector<unsigned char> data(100003);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  const uint32_t whole = io::crc32c(data.data(), data.size());
+  uint32_t chained = 0;
+  for (size_t at = 0; at < data.size(); at += 4099) chained = io::crc32c(data.data() + at, std::min<size_t>(4099, data.size() - at), chained);
+  EXPECT_EQ(chained, whole);
+  const auto dir = scratch_dir("chain");
+  std::ofstream(dir / "f", std::ios::binary).write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  EXPECT_EQ(io::file_crc32c(dir / "f"), whole);
+  fs::remove_all(dir);
+}
+
+class RankFile : public ::testing::TestWithParam<int> {};
+
+TEST_P(RankFile, ReadsBackWholeAndInSlices) {
+  const int threads = GetParam();
+  const auto dir = scratch_dir("slices");
+  // 5.5 blocks of 4 MiB, so that slices cut blocks at both ends; a small int64 and a u8 set.
+  const uint64_t count = (uint64_t{22} << 20) / 4 + 3;
+  std::vector<float> values(count);
+  for (uint64_t i = 0; i < count; ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const int64_t steps = 41;
+  const std::vector<uint8_t> bytes{1, 2, 3, 250};
+  const auto written = io::write_rank_file(dir / "r.h5", {{"layers/00000/master", io::ElementType::f32, values.data(), count},
+                                                        {"layers/00000/steps", io::ElementType::i64, &steps, 1},
+                                                        {"rng_state", io::ElementType::u8, bytes.data(), bytes.size()}});
+  EXPECT_EQ(written.bytes, fs::file_size(dir / "r.h5"));
+  EXPECT_EQ(written.crc32c, io::file_crc32c(dir / "r.h5"));
+
+  io::RankFileReader reader(dir / "r.h5", threads);
+  EXPECT_EQ(reader.count("layers/00000/master"), count);
+  std::vector<float> out(count, -1.0f);
+  reader.read("layers/00000/master", 0, count, out.data());
+  EXPECT_EQ(0, std::memcmp(out.data(), values.data(), count * 4));
+  for (auto [begin, length] : {std::pair<uint64_t, uint64_t>{1, 10}, {(1u << 20) - 2, 5}, {12345, (3u << 20) + 77},
+                               {count - 9, 9}, {(2u << 20), (1u << 20)}, {7, count - 7}}) {
+    std::vector<float> slice(length, -1.0f);
+    reader.read("layers/00000/master", begin, length, slice.data());
+    EXPECT_EQ(0, std::memcmp(slice.data(), values.data() + begin, length * 4)) << begin << " +" << length;
+  }
+  int64_t steps_read = 0;
+  reader.read("layers/00000/steps", 0, 1, &steps_read);
+  EXPECT_EQ(steps_read, 41);
+  std::vector<uint8_t> bytes_read(4);
+  reader.read("rng_state", 0, 4, bytes_read.data());
+  EXPECT_EQ(bytes_read, bytes);
+  EXPECT_THROW(reader.read("layers/00000/master", count - 1, 2, out.data()), superoffload::Error);
+
+  // Any HDF5 reader reads it as an ordinary dataset.
+  const auto file = io::Hdf5File::open_read((dir / "r.h5").string());
+  EXPECT_EQ(file.read_float("layers/00000/master").values, values);
+  fs::remove_all(dir);
+}
+
+TEST_P(RankFile, CorruptionIsNamedWithTheDatasetAndBytes) {
+  const auto dir = scratch_dir("corrupt");
+  const uint64_t count = (uint64_t{9} << 20) / 4;  // 2.25 blocks
+  std::vector<float> values(count, 1.25f);
+  io::write_rank_file(dir / "r.h5", {{"layers/00002/exp_avg", io::ElementType::f32, values.data(), count}});
+  uint64_t offset = 0;
+  {
+    const auto file = io::Hdf5File::open_read((dir / "r.h5").string());
+    offset = file.contiguous_extent("layers/00002/exp_avg").offset;
+  }
+  {
+    std::fstream f(dir / "r.h5", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset + (uint64_t{5} << 20) + 3));  // in the second block
+    f.put('\x5a');
+  }
+  io::RankFileReader reader(dir / "r.h5", GetParam());
+  std::vector<float> out(count);
+  try {
+    reader.read("layers/00002/exp_avg", 0, count, out.data());
+    FAIL() << "a flipped byte was not noticed";
+  } catch (const superoffload::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dataset \"layers/00002/exp_avg\" fails its CRC32C check in bytes [4194304, 8388608)"),
+              std::string::npos)
+        << e.what();
+  }
+  // The first block is still good on its own.
+  reader.read("layers/00002/exp_avg", 0, 1000, out.data());
+  EXPECT_EQ(out[999], 1.25f);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, RankFile, ::testing::Values(1, 3));
