@@ -13,7 +13,7 @@ enum class DataFormat { automatic, hdf5, jsonl, alpaca };
 enum class OptimizerType { adamw, adam };
 enum class LrScheduleType { constant, cosine, linear };
 enum class WarmupType { linear, log };
-enum class OffloadDevice { cpu, none };
+enum class OffloadDevice { cpu, nvme, none };
 enum class StateDtype { fp32, bf16 };
 enum class Speculation { automatic, always, never };
 enum class LogLevel { trace, debug, info, warning, error };
@@ -47,7 +47,7 @@ SUPEROFFLOAD_CHOICES(OptimizerType, {OptimizerType::adamw, "adamw"}, {OptimizerT
 SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {LrScheduleType::cosine, "cosine"},
                      {LrScheduleType::linear, "linear"})
 SUPEROFFLOAD_CHOICES(WarmupType, {WarmupType::linear, "linear"}, {WarmupType::log, "log"})
-SUPEROFFLOAD_CHOICES(OffloadDevice, {OffloadDevice::cpu, "cpu"}, {OffloadDevice::none, "none"})
+SUPEROFFLOAD_CHOICES(OffloadDevice, {OffloadDevice::cpu, "cpu"}, {OffloadDevice::nvme, "nvme"}, {OffloadDevice::none, "none"})
 SUPEROFFLOAD_CHOICES(StateDtype, {StateDtype::fp32, "fp32"}, {StateDtype::bf16, "bf16"})
 SUPEROFFLOAD_CHOICES(Speculation, {Speculation::automatic, "auto"}, {Speculation::always, "always"},
                      {Speculation::never, "never"})

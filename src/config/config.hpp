@@ -83,6 +83,8 @@ struct OffloadConfig {
   Speculation speculation = Speculation::automatic;
   double cpuadam_cores_perc = 0.8;
   StateDtype optimizer_state_dtype = StateDtype::fp32;
+  std::string nvme_path;          // device = "nvme": the directory of the state files
+  std::int64_t buffer_count = 4;  // device = "nvme": sub-groups' state held in host memory at once
 };
 
 struct PrecisionConfig {

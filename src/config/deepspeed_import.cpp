@@ -175,15 +175,8 @@ void import_zero(const json& zero, Importer& in) {
   if (const json* offload = block(zero, p + "offload_optimizer", "offload_optimizer", in)) {
     const json& off = *offload;
     const std::string q = p + "offload_optimizer.";
-    if (off.contains("device")) {
-      const std::string device = off.at("device").get<std::string>();
-      if (device == "nvme") {
-        in.problem(q + "device", "NVMe offload is not supported; use \"cpu\" (host memory) or \"none\"");
-      } else {
-        in.map(off.at("device"), q + "device", "offload", "device");
-      }
-    }
-    for (const char* key : {"pin_memory", "ratio", "super_offload", "cpuadam_cores_perc"}) {
+    if (off.contains("device")) in.map(off.at("device"), q + "device", "offload", "device");
+    for (const char* key : {"pin_memory", "ratio", "super_offload", "cpuadam_cores_perc", "nvme_path", "buffer_count"}) {
       in.map_if(off, q, key, "offload", key);
     }
   }

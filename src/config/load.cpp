@@ -252,6 +252,15 @@ class Loader {
                           origin_of(c, "offload.super_offload") +
                           ") — speculation is SuperOffload's; set super_offload = true, or drop speculation");
     }
+    if (c.config.offload.device == OffloadDevice::nvme && c.config.offload.nvme_path.empty()) {
+      problems_.push_back("[offload] device = \"nvme\" (" + origin_of(c, "offload.device") +
+                          ") needs nvme_path — set it to a directory on the node-local NVMe drive");
+    }
+    if (c.config.offload.device != OffloadDevice::nvme &&
+        (c.origins.count("offload.nvme_path") || c.origins.count("offload.buffer_count"))) {
+      c.warnings.push_back(std::string("[offload] nvme_path and buffer_count have no effect with device = \"") +
+                           std::string(to_text(c.config.offload.device)) + "\" (only with \"nvme\")");
+    }
     if (c.config.offload.device == OffloadDevice::none && c.config.offload.optimizer_state_dtype == StateDtype::bf16) {
       c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");

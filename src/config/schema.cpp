@@ -165,7 +165,9 @@ std::vector<Section> build_schema() {
   {
     SectionBuilder<OffloadConfig> b(s, "offload", "Optimizer offload (DeepSpeed offload_optimizer names).",
                                     &Config::offload);
-    b.add("device", &OffloadConfig::device, "\"cpu\": optimizer state and step on the host; \"none\": on the device.");
+    b.add("device", &OffloadConfig::device,
+          "\"cpu\": optimizer state and step on the host; \"nvme\": stepped on the host, state in files under "
+          "nvme_path (ZeRO-Infinity); \"none\": on the device.");
     b.add("pin_memory", &OffloadConfig::pin_memory, "Page-locked host buffers for device transfers (GPU runs).");
     b.add("ratio", &OffloadConfig::ratio,
           "Share of sub-groups stepped on the CPU; the rest (those whose gradients arrive last) on the device.")
@@ -179,6 +181,13 @@ std::vector<Section> build_schema() {
           "Share of the rank's bound cores used by CPU AdamW threads.")
         .range(0, 1)
         .above(0);
+    b.add("nvme_path", &OffloadConfig::nvme_path,
+          "device = \"nvme\": directory on a node-local drive with O_DIRECT (ext4, xfs) for one state file per "
+          "rank, removed at exit.");
+    b.add("buffer_count", &OffloadConfig::buffer_count,
+          "device = \"nvme\": sub-groups' state held in host memory at once (reads ahead and writes behind the "
+          "one being stepped); each buffer holds one sub-group ([zero] sub_group_size).")
+        .at_least(2);
     b.add("optimizer_state_dtype", &OffloadConfig::optimizer_state_dtype,
           "Storage of the CPU sub-groups' Adam moments: \"fp32\", or \"bf16\" (stochastically rounded; 20 instead of "
           "28 bytes per parameter per step). Master weights stay fp32.");

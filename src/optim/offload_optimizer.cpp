@@ -45,6 +45,15 @@ double squared_norm(ThreadPool& pool, const float* data, size_t n) {
 
 uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
+// A sub-group's region of the NVMe state file: [master, if it is not the engine's shard]
+// [exp_avg][exp_avg_sq], each starting on a 64-byte boundary.
+uint64_t aligned(uint64_t n) { return (n + 63) / 64 * 64; }
+uint64_t region_bytes(int64_t n, bool has_master, bool bf16_moments) {
+  const auto elements = static_cast<uint64_t>(n);
+  const uint64_t moment = elements * (bf16_moments ? 2 : 4);
+  return (has_master ? aligned(elements * 4) : 0) + aligned(moment) + moment;
+}
+
 }  // namespace
 
 OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings settings)
@@ -95,12 +104,24 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   // engine's shard (the master itself in fp32, the bf16 copy in bf16). Nothing is copied.
   shares_engine_memory_ = device.is_cpu();
   const bool master_is_shard = shares_engine_memory_ && !layers.empty() && layers[0].compute_dtype() == at::kFloat;
-  // What the CPU sub-groups keep in host memory of their own: master, moments, gradient, bf16 copy.
+  master_is_shard_ = master_is_shard;
+  const bool nvme = !s_.nvme_path.empty();
+  // What the CPU sub-groups keep of their own: master, moments (in host memory, or in the NVMe
+  // tier's file), gradient and bf16 copy (in host memory).
+  const int64_t state_bytes_per_element = (master_is_shard ? 0 : 4) + (s_.bf16_moments ? 4 : 8);
   const int64_t bytes_per_element =
-      (master_is_shard ? 0 : 4) + (s_.bf16_moments ? 4 : 8) + (shares_engine_memory_ ? 0 : 4 + (bf16_ ? 2 : 0));
+      (nvme ? 0 : state_bytes_per_element) + (shares_engine_memory_ ? 0 : 4 + (bf16_ ? 2 : 0));
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
+  if (nvme) {
+    std::vector<uint64_t> regions;
+    for (size_t i = on_device; i < groups_.size(); ++i) {
+      groups_[i].region = static_cast<int64_t>(regions.size());
+      regions.push_back(region_bytes(groups_[i].end - groups_[i].begin, !master_is_shard, s_.bf16_moments));
+    }
+    nvme_ = std::make_unique<NvmeStateFile>(s_.nvme_path, rank, regions, s_.buffer_count);
+  }
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = groups_[i];
     g.on_cpu = i >= on_device;
@@ -112,9 +133,22 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
         return t;
       };
       const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
-      g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : place(g.master, at::kFloat);
-      g.exp_avg = place(g.exp_avg, moments);
-      g.exp_avg_sq = place(g.exp_avg_sq, moments);
+      if (nvme) {
+        // The initial state goes to the file; the tensors here are views of its buffers
+        // while a sub-group is acquired.
+        const auto initial = g.master;
+        g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : at::Tensor();
+        g.exp_avg = g.exp_avg_sq = at::Tensor();
+        const auto state = acquire_state(g);
+        if (!master_is_shard) state.master.copy_(initial);
+        state.exp_avg.zero_();
+        state.exp_avg_sq.zero_();
+        release_state(g, /*dirty=*/true);
+      } else {
+        g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : place(g.master, at::kFloat);
+        g.exp_avg = place(g.exp_avg, moments);
+        g.exp_avg_sq = place(g.exp_avg_sq, moments);
+      }
       g.grad = shares_engine_memory_ ? engine_view(layers[g.layer].grad_shard())
                                      : host_memory_->empty(g.master.sizes(), at::kFloat);
       if (bf16_) {
@@ -127,6 +161,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       g.exp_avg_sq = g.exp_avg_sq.to(device);
     }
   }
+  if (nvme_) nvme_->flush();
   worker_ = std::thread([this] {
     if (!s_.cpus.empty()) {
       cpu_set_t set;
@@ -162,6 +197,10 @@ std::string OffloadOptimizer::describe() const {
   text << mode
        << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
        << adamw_target() << ", " << pool_.size() << " thread(s)" << (s_.bf16_moments ? ", bf16 moments" : "");
+  if (nvme_) {
+    text << ", state on NVMe in " << nvme_->path().string() << " through " << nvme_->buffer_count() << " buffers of "
+         << nvme_->buffer_bytes() / 1e6 << " MB";
+  }
   return text.str();
 }
 
@@ -170,9 +209,12 @@ ShardState OffloadOptimizer::export_layer(size_t layer) const {
   int64_t steps = -1;
   for (size_t i : groups_of_layer_[layer]) {
     const auto& g = groups_[i];
-    master.push_back(g.master.to(at::kCPU));
-    exp_avg.push_back(g.exp_avg.to(at::kCPU, at::kFloat));  // bf16 moments widen exactly
-    exp_avg_sq.push_back(g.exp_avg_sq.to(at::kCPU, at::kFloat));
+    const auto state = acquire_state(g);
+    // Copies (not views): an NVMe buffer is reused once released.
+    master.push_back(state.master.to(at::kCPU, at::kFloat, false, /*copy=*/g.region >= 0));
+    exp_avg.push_back(state.exp_avg.to(at::kCPU, at::kFloat, false, g.region >= 0));  // bf16 moments widen exactly
+    exp_avg_sq.push_back(state.exp_avg_sq.to(at::kCPU, at::kFloat, false, g.region >= 0));
+    release_state(g, /*dirty=*/false);
     SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
     steps = g.steps;
   }
@@ -185,9 +227,11 @@ void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
   for (size_t i : groups_of_layer_[layer]) {
     auto& g = groups_[i];
     const int64_t length = g.end - g.begin;
-    g.master.copy_(state.master.narrow(0, g.begin, length));
-    g.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));  // to bf16 moments: nearest-even
-    g.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
+    const auto mine = acquire_state(g);
+    mine.master.copy_(state.master.narrow(0, g.begin, length));
+    mine.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));  // to bf16 moments: nearest-even
+    mine.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
+    release_state(g, /*dirty=*/true);
     g.steps = state.steps;
     g.speculated = false;
   }
@@ -260,8 +304,14 @@ void OffloadOptimizer::worker_loop() {
         stopped_speculating_ = !std::isfinite(local_squared_norm_) || !speculation_pays(local_squared_norm_);
       }
       if (!stopped_speculating_) {
+        std::vector<size_t> upcoming;  // what the NVMe tier reads ahead: the next queued sub-groups
+        if (nvme_) {
+          std::lock_guard lock(mutex_);
+          upcoming.assign(queue_.begin(),
+                          queue_.begin() + static_cast<std::ptrdiff_t>(std::min(queue_.size(), nvme_->buffer_count())));
+        }
         ++g.steps;
-        run_pass(g, AdamWPass::step, 1.0f);
+        step_cpu(g, AdamWPass::step, 1.0f, upcoming);
         g.speculated = true;
       }
     } catch (...) {
@@ -290,9 +340,46 @@ RoundingStream OffloadOptimizer::rounding(size_t group_index, int64_t offset) co
   return {moment_rounding_key(id, groups_[group_index].steps), static_cast<uint64_t>(offset)};
 }
 
-void OffloadOptimizer::run_pass(SubGroup& g, AdamWPass pass, float grad_scale) {
+OffloadOptimizer::StateTensors OffloadOptimizer::acquire_state(const SubGroup& g) const {
+  if (g.region < 0) return {g.master, g.exp_avg, g.exp_avg_sq};
+  const int64_t n = g.end - g.begin;
+  char* buffer = nvme_->acquire(static_cast<size_t>(g.region));
+  const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
+  const uint64_t moment_bytes = static_cast<uint64_t>(n) * (s_.bf16_moments ? 2 : 4);
+  StateTensors state;
+  uint64_t at = 0;
+  if (master_is_shard_) {
+    state.master = g.master;
+  } else {
+    state.master = at::from_blob(buffer, {n}, at::kFloat);
+    at = aligned(static_cast<uint64_t>(n) * 4);
+  }
+  state.exp_avg = at::from_blob(buffer + at, {n}, moments);
+  state.exp_avg_sq = at::from_blob(buffer + at + aligned(moment_bytes), {n}, moments);
+  return state;
+}
+
+void OffloadOptimizer::release_state(const SubGroup& g, bool dirty) const {
+  if (g.region >= 0) nvme_->release(static_cast<size_t>(g.region), dirty);
+}
+
+void OffloadOptimizer::prefetch(const std::vector<size_t>& upcoming) const {
+  if (!nvme_) return;
+  for (size_t i : upcoming) {
+    if (groups_[i].region >= 0) nvme_->prefetch(static_cast<size_t>(groups_[i].region));
+  }
+}
+
+void OffloadOptimizer::step_cpu(SubGroup& g, AdamWPass pass, float grad_scale, const std::vector<size_t>& upcoming) {
+  const auto state = acquire_state(g);
+  prefetch(upcoming);  // after the acquire, so that it cannot take this sub-group's buffer
+  run_pass(g, state, pass, grad_scale);
+  release_state(g, /*dirty=*/true);
+}
+
+void OffloadOptimizer::run_pass(SubGroup& g, const StateTensors& state, AdamWPass pass, float grad_scale) {
   const size_t index = static_cast<size_t>(&g - groups_.data());
-  float* p = g.master.data_ptr<float>();
+  float* p = state.master.data_ptr<float>();
   const float* grad = g.grad.data_ptr<float>();
   uint16_t* out = bf16_ ? bf16_bits(g.bf16) : nullptr;
   for (const auto& piece : g.pieces) {
@@ -308,11 +395,11 @@ void OffloadOptimizer::run_pass(SubGroup& g, AdamWPass pass, float grad_scale) {
       const size_t o = static_cast<size_t>(piece.begin) + b;
       uint16_t* bf16_copy = out ? out + o : nullptr;
       if (s_.bf16_moments) {
-        adamw_pass(pass, step, p + o, bf16_bits(g.exp_avg) + o, bf16_bits(g.exp_avg_sq) + o, grad + o, bf16_copy, e - b,
-                   rounding(index, static_cast<int64_t>(o)));
+        adamw_pass(pass, step, p + o, bf16_bits(state.exp_avg) + o, bf16_bits(state.exp_avg_sq) + o, grad + o, bf16_copy,
+                   e - b, rounding(index, static_cast<int64_t>(o)));
       } else {
-        adamw_pass(pass, step, p + o, g.exp_avg.data_ptr<float>() + o, g.exp_avg_sq.data_ptr<float>() + o, grad + o,
-                   bf16_copy, e - b);
+        adamw_pass(pass, step, p + o, state.exp_avg.data_ptr<float>() + o, state.exp_avg_sq.data_ptr<float>() + o,
+                   grad + o, bf16_copy, e - b);
       }
     });
   }
@@ -342,6 +429,7 @@ void OffloadOptimizer::upload() {
       auto shard = layers[l].shard();
       for (size_t i : groups_of_layer_[l]) {
         const auto& g = groups_[i];
+        // (The NVMe tier keeps no master of its own here: in fp32 the master is the shard.)
         const auto& source = g.on_cpu && bf16_ ? g.bf16 : g.master;
         auto target = shard.narrow(0, g.begin, g.end - g.begin);
         if (source.data_ptr() != target.data_ptr()) target.copy_(source);
@@ -355,6 +443,12 @@ void OffloadOptimizer::upload() {
       // The CPU kernel already wrote the bf16 copy: the link carries the narrow type. From
       // pinned memory the copy is asynchronous, queued on the compute stream before the next
       // forward (which is on the same stream), so it needs no host synchronisation.
+      if (g.on_cpu && !bf16_ && g.region >= 0) {  // fp32 weights from the NVMe tier: read back
+        const auto state = acquire_state(g);
+        parts.push_back(state.master.to(layers[l].device()));  // synchronous: the buffer is reused
+        release_state(g, /*dirty=*/false);
+        continue;
+      }
       const auto& source = g.on_cpu && bf16_ ? g.bf16 : g.master;
       parts.push_back(source.to(layers[l].device(), /*non_blocking=*/source.is_pinned()));
     }
@@ -381,32 +475,50 @@ StepOutcome OffloadOptimizer::finish_step() {
   }
   const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
   auto& counts = outcome.speculation;
+  // The CPU passes left, in order: the speculated sub-groups' undo or redo, then the late
+  // steps. The NVMe tier reads each one's state ahead while the one before is stepped.
+  std::vector<size_t> passes;
+  if (outcome.skipped || outcome.clipped) {
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      if (groups_[i].speculated) passes.push_back(i);
+    }
+  }
+  const size_t rollbacks = passes.size();
+  if (!outcome.skipped) {
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      if (groups_[i].on_cpu && !groups_[i].speculated) passes.push_back(i);
+    }
+  }
+  auto after = [&](size_t k) {  // the sub-groups the NVMe tier reads ahead while passes[k] is stepped
+    if (!nvme_) return std::vector<size_t>{};
+    const size_t end = std::min(passes.size(), k + 1 + nvme_->buffer_count());
+    return std::vector<size_t>(passes.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                               passes.begin() + static_cast<std::ptrdiff_t>(std::max(end, k + 1)));
+  };
+  for (const auto& g : groups_) counts.speculated += g.speculated ? 1 : 0;
   {
     ScopedTime timed(times_.rollback_s);
-    for (auto& g : groups_) {
-      if (!g.speculated) continue;
-      ++counts.speculated;
+    if (!outcome.skipped && !outcome.clipped) counts.committed = counts.speculated;
+    for (size_t k = 0; k < rollbacks; ++k) {
+      auto& g = groups_[passes[k]];
       if (outcome.skipped) {  // nothing is stepped: back to the weights of the last good step
-        run_pass(g, AdamWPass::undo, 1.0f);
+        step_cpu(g, AdamWPass::undo, 1.0f, after(k));
         --g.steps;
         ++counts.undone;
-      } else if (outcome.clipped) {
-        run_pass(g, AdamWPass::redo, scale);
-        ++counts.replayed;
       } else {
-        ++counts.committed;
+        step_cpu(g, AdamWPass::redo, scale, after(k));
+        ++counts.replayed;
       }
     }
   }
   if (outcome.skipped) return outcome;
   {
     ScopedTime timed(times_.cpu_step_s);
-    for (auto& g : groups_) {
-      if (g.on_cpu && !g.speculated) {
-        ++g.steps;
-        run_pass(g, AdamWPass::step, scale);
-        ++counts.late;
-      }
+    for (size_t k = rollbacks; k < passes.size(); ++k) {
+      auto& g = groups_[passes[k]];
+      ++g.steps;
+      step_cpu(g, AdamWPass::step, scale, after(k));
+      ++counts.late;
     }
   }
   {

@@ -25,6 +25,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -32,6 +33,7 @@
 
 #include "optim/cpu_adamw.hpp"
 #include "optim/host_memory.hpp"
+#include "optim/nvme_state.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/thread_pool.hpp"
 #include "zero/engine.hpp"
@@ -52,6 +54,11 @@ struct OffloadSettings {
   // Device sub-groups keep fp32 moments. Export widens to fp32 (exactly); import rounds to
   // nearest.
   bool bf16_moments = false;
+  // Not empty: the CPU sub-groups' state (master unless it is the engine's shard, and the
+  // moments) lives in a file under this directory, streamed through `buffer_count` buffers
+  // (nvme_state.hpp); the arithmetic is the same, so a run's losses are the same bit for bit.
+  std::filesystem::path nvme_path;
+  size_t buffer_count = 4;
 };
 
 class OffloadOptimizer final : public Optimizer {
@@ -76,6 +83,8 @@ class OffloadOptimizer final : public Optimizer {
 
   size_t sub_groups() const { return groups_.size(); }
   size_t cpu_sub_groups() const;
+  // The NVMe tier's traffic and waits (zeros without it).
+  NvmeStats nvme_stats() const { return nvme_ ? nvme_->stats() : NvmeStats{}; }
 
  private:
   struct Piece {
@@ -95,12 +104,26 @@ class OffloadOptimizer final : public Optimizer {
     int64_t steps = 0;
     bool speculated = false;
     double finished_at = 0;
+    int64_t region = -1;  // with the NVMe tier: its region of the state file (then master,
+                          // unless the engine's shard, and the moments are undefined here)
   };
+  // A CPU sub-group's state, wherever it lives: its own tensors, or views of the NVMe buffer
+  // that holds it until release_state.
+  struct StateTensors {
+    at::Tensor master, exp_avg, exp_avg_sq;
+  };
+  StateTensors acquire_state(const SubGroup& group) const;
+  void release_state(const SubGroup& group, bool dirty) const;
+  // Starts reading the state of groups_[i] for the i in `upcoming` (the NVMe tier; as many as
+  // there are free buffers).
+  void prefetch(const std::vector<size_t>& upcoming) const;
 
   // The key of the stochastic rounding of this sub-group's bf16 moments at its current step.
   RoundingStream rounding(size_t group_index, int64_t offset) const;
   // One kernel pass over a CPU sub-group at its current step count, on the pool.
-  void run_pass(SubGroup& group, AdamWPass pass, float grad_scale);
+  void run_pass(SubGroup& group, const StateTensors& state, AdamWPass pass, float grad_scale);
+  // acquire_state, prefetch(upcoming), run_pass, release_state.
+  void step_cpu(SubGroup& group, AdamWPass pass, float grad_scale, const std::vector<size_t>& upcoming = {});
   // Whether the worker should still speculate, given this rank's squared gradient norm so far
   // (see the file comment).
   bool speculation_pays(double local_squared_norm) const;
@@ -117,6 +140,8 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<std::vector<size_t>> groups_of_layer_;
   ThreadPool pool_;
   std::unique_ptr<HostMemory> host_memory_;
+  mutable std::unique_ptr<NvmeStateFile> nvme_;  // read and written by const exports too
+  bool master_is_shard_ = false;
   double lr_ = 0;
   OptimizerTimes times_;
   bool bf16_ = false;

@@ -102,14 +102,24 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double working = tokens * (10 * h + 3 * i) * compute_bytes;
   const double logits = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working + logits;
-  const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu;
+  const bool nvme = cfg.offload.device == config::OffloadDevice::nvme;
+  const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu || nvme;
   const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
   // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient copy (4) and bf16 staging (2)
-  // of the CPU share.
+  // of the CPU share. With the NVMe tier master and moments live in the file, and the host
+  // holds buffer_count sub-groups' worth of them.
   const double moment_bytes = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 ? 4 : 8;
-  p.host_optimizer_bytes = (4 + moment_bytes + 4 + (cfg.precision.bf16 ? 2 : 0)) * n * cpu_share;
+  const double state_bytes = (4 + moment_bytes) * n * cpu_share;
+  p.host_optimizer_bytes = (4 + (cfg.precision.bf16 ? 2 : 0)) * n * cpu_share;
+  if (nvme) {
+    p.nvme_bytes = state_bytes;
+    const double sub_group = std::min(n * cpu_share, static_cast<double>(cfg.zero.sub_group_size));
+    p.host_optimizer_bytes += static_cast<double>(cfg.offload.buffer_count) * (4 + moment_bytes) * sub_group;
+  } else {
+    p.host_optimizer_bytes += state_bytes;
+  }
   // Set-up materialises one full layer in fp32 before sharding it.
   p.host_setup_bytes = 4 * static_cast<double>(m.largest_layer);
   if (!on_gpu) {  // CPU runs: everything lives in host memory
@@ -136,6 +146,10 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
                   (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up " +
                   gib(p.host_setup_bytes) + " = " + gib(p.host_total()));
+  if (p.nvme_bytes > 0) {
+    lines.push_back("per rank, NVMe: optimizer state " + gib(p.nvme_bytes) + " (master and moments of the CPU share; "
+                    "the host holds buffer_count sub-groups of it)");
+  }
   lines.push_back("per node, host: " + gib(p.host_total() * ranks_per_node) +
                   (host_capacity_per_node_bytes > 0 ? " of " + gib(host_capacity_per_node_bytes) : ""));
   return lines;

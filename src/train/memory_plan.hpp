@@ -32,6 +32,9 @@ struct MemoryPlan {
   double device_parameter_bytes = 0, device_gradient_bytes = 0, device_gathered_bytes = 0,
          device_activation_bytes = 0, device_optimizer_bytes = 0;
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
+  // [offload] device = "nvme": the CPU share's master and moments, in the rank's file under
+  // nvme_path (host_optimizer_bytes then holds the gradient copies and the buffer ring).
+  double nvme_bytes = 0;
   double device_total() const {
     return device_parameter_bytes + device_gradient_bytes + device_gathered_bytes + device_activation_bytes +
            device_optimizer_bytes;

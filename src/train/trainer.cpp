@@ -137,7 +137,7 @@ optim::Speculation speculation_of(const config::OffloadConfig& offload) {
   return optim::Speculation::automatic;
 }
 
-// [offload] device = "cpu": the SuperOffload optimizer (speculation per [offload] speculation;
+// [offload] device = "cpu" or "nvme" (its state in files): the SuperOffload optimizer (speculation per [offload] speculation;
 // none without super_offload), on
 // cpuadam_cores_perc of the rank's bound cores; "none": AdamW over the shards on the device.
 std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero::ZeroEngine& engine,
@@ -148,7 +148,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
                                    .weight_decay = cfg.optimizer.weight_decay,
                                    .decoupled = cfg.optimizer.type == config::OptimizerType::adamw,
                                    .gradient_clipping = cfg.training.gradient_clipping};
-  if (cfg.offload.device != config::OffloadDevice::cpu) return std::make_unique<optim::ShardedAdamW>(engine, adamw);
+  if (cfg.offload.device == config::OffloadDevice::none) return std::make_unique<optim::ShardedAdamW>(engine, adamw);
   const auto& cpus = binding.cpus.cpus();
   const auto count = std::max<size_t>(
       1, static_cast<size_t>(std::floor(cfg.offload.cpuadam_cores_perc * static_cast<double>(cpus.size()))));
@@ -159,6 +159,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
                            .threads = count,
                            .pin_memory = cfg.offload.pin_memory,
                            .bf16_moments = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16};
+  if (cfg.offload.device == config::OffloadDevice::nvme) {
+    s.nvme_path = cfg.offload.nvme_path;
+    s.buffer_count = static_cast<size_t>(cfg.offload.buffer_count);
+  }
   // The first ones of the binding; unbound ranks leave placement to the OS.
   if (binding.source != cluster::BindingSource::none) {
     s.cpus.assign(cpus.begin(), cpus.begin() + static_cast<std::ptrdiff_t>(std::min(count, cpus.size())));

@@ -103,8 +103,27 @@ TEST(DeepSpeedImport, UnsupportedSettingsAreErrors) {
   const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
   EXPECT_NE(message.find("fp16 training is not supported"), std::string::npos) << message;
   EXPECT_NE(message.find("\"Lamb\" is not supported"), std::string::npos) << message;
-  EXPECT_NE(message.find("NVMe offload is not supported"), std::string::npos) << message;
   EXPECT_NE(message.find("[zero] stage = 2"), std::string::npos) << message;
+  std::filesystem::remove(path);
+}
+
+TEST(DeepSpeedImport, NvmeOffloadImports) {
+  auto path = write_temp("nvme.json", R"({"train_batch_size": 4, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 3, "sub_group_size": 100000000,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 6, "pin_memory": true}}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.offload.device, superoffload::config::OffloadDevice::nvme);
+  EXPECT_EQ(loaded.config.offload.nvme_path, "/local_nvme");
+  EXPECT_EQ(loaded.config.offload.buffer_count, 6);
+  EXPECT_TRUE(loaded.config.offload.pin_memory);
+  EXPECT_EQ(loaded.origins.at("offload.nvme_path"), path.string() + ": zero_optimization.offload_optimizer.nvme_path");
+  std::filesystem::remove(path);
+  // Without nvme_path the device is refused, naming both.
+  path = write_temp("nvme_no_path.json", R"({"train_batch_size": 4,
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})");
+  const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
+  EXPECT_NE(message.find("[offload] device = \"nvme\""), std::string::npos) << message;
+  EXPECT_NE(message.find("needs nvme_path"), std::string::npos) << message;
   std::filesystem::remove(path);
 }
 
