@@ -24,6 +24,17 @@ out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set model.pat
 expect_contains "$out" "70.6B parameters" "70B parameter count"
 expect_contains "$out" "4 rank(s), 4 per node" "70B shape"
 expect_contains "$out" "per node, host:" "per-node host line"
+# The NVMe tier moves the CPU share's master and moments to the drive: far less host memory.
+host_of() { sed -n 's/^per rank, host: .* = \([0-9.]*\) GiB.*/\1/p' <<< "$1" | head -1; }
+in_memory=$(host_of "$out")
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set model.path="$tmp/llama-3.3-70b" \
+      --set offload.device=nvme --set offload.nvme_path=/local_nvme --set zero.sub_group_size=100000000 \
+      --nodes 1 --gpus-per-node 4 2>&1) || fail "plan 70B on NVMe: $out"
+expect_contains "$out" "per rank, NVMe: optimizer state" "NVMe line"
+on_nvme=$(host_of "$out")
+[[ -n $in_memory && -n $on_nvme ]] || fail "no host figure in the plan: $out"
+awk -v a="$in_memory" -v b="$on_nvme" 'BEGIN { exit !(b < a / 2) }' \
+  || fail "host memory with the NVMe tier ($on_nvme GiB) is not far below in memory ($in_memory GiB)"
 
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS
