@@ -186,17 +186,21 @@ NvmeStateFile::Slot* NvmeStateFile::slot_of(size_t region) {
   return nullptr;
 }
 
-NvmeStateFile::Slot* NvmeStateFile::free_slot(bool may_wait) {
+NvmeStateFile::Slot* NvmeStateFile::free_slot(bool for_acquire) {
   for (;;) {
     reap(false);
-    Slot* best = nullptr;
+    Slot *used = nullptr, *fresh = nullptr;
     for (auto& slot : slots_) {
       if (slot.held) continue;
       if (slot.state == SlotState::empty) return &slot;
-      if (slot.state == SlotState::ready && (!best || slot.last_use < best->last_use)) best = &slot;
+      if (slot.state != SlotState::ready) continue;
+      auto& best = slot.fresh ? fresh : used;
+      if (!best || slot.last_use < best->last_use) best = &slot;
     }
-    if (best) return best;
-    if (!may_wait || in_flight_ == 0) return nullptr;
+    if (used) return used;
+    if (!for_acquire) return nullptr;  // a read ahead never displaces another one
+    if (fresh) return fresh;
+    if (in_flight_ == 0) return nullptr;
     const double start = base::now_s();
     reap(true);
     stats_.wait_s += base::now_s() - start;
@@ -217,6 +221,7 @@ char* NvmeStateFile::acquire(size_t region) {
   while (slot->state != SlotState::ready) reap(true);
   stats_.wait_s += base::now_s() - start;
   slot->held = true;
+  slot->fresh = false;
   slot->last_use = ++clock_;
   return slot->data.get();
 }
@@ -233,6 +238,7 @@ void NvmeStateFile::prefetch(size_t region) {
   Slot* slot = free_slot(false);
   if (!slot) return;
   slot->region = static_cast<int64_t>(region);
+  slot->fresh = true;
   slot->last_use = ++clock_;
   submit(*slot, /*write=*/false);
 }

@@ -62,15 +62,17 @@ class NvmeStateFile {
     SlotState state = SlotState::empty;
     int pending = 0;  // requests in flight
     bool held = false;
+    bool fresh = false;  // read ahead and not acquired yet: evicted only when nothing else is free
     uint64_t last_use = 0;
   };
   uint64_t io_bytes(size_t region) const;  // region bytes rounded up to the O_DIRECT block
   void submit(Slot& slot, bool write);
   // Handles completions; with `wait`, blocks for at least one.
   void reap(bool wait);
-  // A slot free for a new region: empty, or ready and not held, least recently used; when
-  // `may_wait`, waits for a write to finish if that is all there is. Null otherwise.
-  Slot* free_slot(bool may_wait);
+  // A slot free for a new region: empty, or ready and not held, least recently used, one read
+  // ahead and still unused only for an acquire (`for_acquire`, which also waits for a write to
+  // finish if that is all there is). Null when there is none.
+  Slot* free_slot(bool for_acquire);
   Slot* slot_of(size_t region);
 
   std::filesystem::path path_;
