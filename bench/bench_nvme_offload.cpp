@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   optim::NvmeStateFile file(dir, 0, regions, buffers);
   // Initial state into the file.
   for (size_t k = 0; k < sizes.size(); ++k) {
-    char* b = file.acquire(k);
+    char* b = file.acquire(k, /*load=*/false);
     std::memset(b, 0, regions[k]);
     file.release(k, true);
   }

@@ -207,14 +207,18 @@ NvmeStateFile::Slot* NvmeStateFile::free_slot(bool for_acquire) {
   }
 }
 
-char* NvmeStateFile::acquire(size_t region) {
+char* NvmeStateFile::acquire(size_t region, bool load) {
   Slot* slot = slot_of(region);
   if (!slot) {
     slot = free_slot(true);
     SO_CHECK(slot, "no NVMe buffer is free (" << slots_.size() << " held)"
                                                << hint("raise [offload] buffer_count"));
     slot->region = static_cast<int64_t>(region);
-    submit(*slot, /*write=*/false);
+    if (load) {
+      submit(*slot, /*write=*/false);
+    } else {
+      slot->state = SlotState::ready;
+    }
   }
   // A read must land, and a write of this buffer must finish before it is changed again.
   const double start = base::now_s();

@@ -37,8 +37,9 @@ class NvmeStateFile {
   NvmeStateFile& operator=(const NvmeStateFile&) = delete;
 
   // The buffer holding `region` (64-byte aligned, region_bytes[region] long), read from the
-  // file unless a buffer holds it already. Valid until release(region).
-  char* acquire(size_t region);
+  // file unless a buffer holds it already, or unless `load` is false (the caller overwrites
+  // all of it: the initial state, a checkpoint's). Valid until release(region).
+  char* acquire(size_t region, bool load = true);
   // `dirty`: the buffer was changed and is written back (asynchronously).
   void release(size_t region, bool dirty);
   // Starts reading `region` into a free buffer, if one is free without waiting.

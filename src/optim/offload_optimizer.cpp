@@ -139,7 +139,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
         const auto initial = g.master;
         g.master = master_is_shard ? engine_view(layers[g.layer].shard()) : at::Tensor();
         g.exp_avg = g.exp_avg_sq = at::Tensor();
-        const auto state = acquire_state(g);
+        const auto state = acquire_state(g, /*load=*/false);
         if (!master_is_shard) state.master.copy_(initial);
         state.exp_avg.zero_();
         state.exp_avg_sq.zero_();
@@ -227,7 +227,8 @@ void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
   for (size_t i : groups_of_layer_[layer]) {
     auto& g = groups_[i];
     const int64_t length = g.end - g.begin;
-    const auto mine = acquire_state(g);
+    // Every element of the NVMe region is overwritten: nothing to read from the drive.
+    const auto mine = acquire_state(g, /*load=*/false);
     mine.master.copy_(state.master.narrow(0, g.begin, length));
     mine.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));  // to bf16 moments: nearest-even
     mine.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
@@ -340,10 +341,10 @@ RoundingStream OffloadOptimizer::rounding(size_t group_index, int64_t offset) co
   return {moment_rounding_key(id, groups_[group_index].steps), static_cast<uint64_t>(offset)};
 }
 
-OffloadOptimizer::StateTensors OffloadOptimizer::acquire_state(const SubGroup& g) const {
+OffloadOptimizer::StateTensors OffloadOptimizer::acquire_state(const SubGroup& g, bool load) const {
   if (g.region < 0) return {g.master, g.exp_avg, g.exp_avg_sq};
   const int64_t n = g.end - g.begin;
-  char* buffer = nvme_->acquire(static_cast<size_t>(g.region));
+  char* buffer = nvme_->acquire(static_cast<size_t>(g.region), load);
   const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
   const uint64_t moment_bytes = static_cast<uint64_t>(n) * (s_.bf16_moments ? 2 : 4);
   StateTensors state;

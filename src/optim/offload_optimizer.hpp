@@ -83,8 +83,6 @@ class OffloadOptimizer final : public Optimizer {
 
   size_t sub_groups() const { return groups_.size(); }
   size_t cpu_sub_groups() const;
-  // The NVMe tier's traffic and waits (zeros without it).
-  NvmeStats nvme_stats() const { return nvme_ ? nvme_->stats() : NvmeStats{}; }
 
  private:
   struct Piece {
@@ -112,7 +110,8 @@ class OffloadOptimizer final : public Optimizer {
   struct StateTensors {
     at::Tensor master, exp_avg, exp_avg_sq;
   };
-  StateTensors acquire_state(const SubGroup& group) const;
+  // `load` false: the caller overwrites the whole state, so the NVMe tier need not read it.
+  StateTensors acquire_state(const SubGroup& group, bool load = true) const;
   void release_state(const SubGroup& group, bool dirty) const;
   // Starts reading the state of groups_[i] for the i in `upcoming` (the NVMe tier; as many as
   // there are free buffers).
