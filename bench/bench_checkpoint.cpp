@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
       ::close(fd);
     }));
     write.checkpoint_s.push_back(collective_seconds([&] {
-      saved = io::save_checkpoint(root, r + 1, views, {}, manifest, 0, MPI_COMM_WORLD).directory;
+      saved = io::save_checkpoint(root, r + 1, views, io::RankBlobs{}, manifest, 0, MPI_COMM_WORLD).directory;
     }));
     warm_read.plain_s.push_back(collective_seconds(plain_read));
     warm_read.checkpoint_s.push_back(collective_seconds(checkpoint_read));

@@ -27,13 +27,8 @@ while (($#)); do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The demo model's tokenizer and settings, scaled up (heads of 128, 4 key/value heads).
-cp "$here"/configs/models/tiny-llama/* "$work/"
-sed -i -E "s/\"hidden_size\": [0-9]+/\"hidden_size\": $hidden/; s/\"intermediate_size\": [0-9]+/\"intermediate_size\": $((hidden * 27 / 10))/;
-  s/\"num_hidden_layers\": [0-9]+/\"num_hidden_layers\": $layers/; s/\"num_attention_heads\": [0-9]+/\"num_attention_heads\": $((hidden / 128))/;
-  s/\"num_key_value_heads\": [0-9]+/\"num_key_value_heads\": $(( hidden / 128 < 4 ? hidden / 128 : 4 ))/; s/\"head_dim\": [0-9]+/\"head_dim\": 128/;
-  s/\"max_position_embeddings\": [0-9]+/\"max_position_embeddings\": $((seq > 4096 ? seq : 4096))/" "$work/config.json"
-"$build/bin/superoffload_demo_corpus" "$work/corpus.jsonl" --tokens $((seq * micro * ranks * (steps + 3) * 2)) > /dev/null
+source "$here/bench/scaled_llama.sh"
+scaled_llama "$work" "$hidden" "$layers" "$seq" $((seq * micro * ranks * (steps + 3) * 2)) "$build"
 
 mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step time in ms
   local name=$1 clip=$2
@@ -43,7 +38,8 @@ mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step
     --set training.train_micro_batch_size_per_gpu="$micro" --set training.gradient_clipping="$clip" \
     --set precision.bf16="$bf16" --set training.output_dir="$work/$name" --set checkpoint.every_steps=0 \
     --set checkpoint.save_on_exit=false --set training.timing_warmup_steps=2 --set training.bench_steps="$steps" \
-    --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true "$@" > "$work/$name.log" 2>&1 ||
+    --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true --set runtime.device=auto "$@" \
+    > "$work/$name.log" 2>&1 ||
     { echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
   grep "time breakdown" "$work/$name.log" | tail -1 | sed "s/.*time breakdown/  $name: last step breakdown/" >&2
   sed -nE 's/.*mean step ([0-9.]+) ms.*/\1/p' "$work/$name.log"

@@ -62,6 +62,10 @@ void inspect_metrics(const fs::path& path) {
               "%.0f undone), %.0f stepped late\n",
               std::accumulate(skipped.begin(), skipped.end(), 0.0), total("speculated"), total("committed"),
               total("replayed"), total("undone"), total("stepped_late"));
+  if (total("predicted_stops") > 0) {
+    std::printf("              speculation auto stopped on a prediction of clipping %.0f times (rank-steps), wrongly %.0f\n",
+                total("predicted_stops"), total("mispredicted_stops"));
+  }
   std::printf("  phases (mean s per step):");
   for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "reduce_wait_s", "d2h_s", "cpu_step_s",
                             "device_step_s", "h2d_s", "optimizer_wait_s", "rollback_s"}) {

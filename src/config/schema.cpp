@@ -176,7 +176,8 @@ std::vector<Section> build_schema() {
           "Step sub-groups on the CPU during backward, validated at step end; false: classic ZeRO-Offload.");
     b.add("speculation", &OffloadConfig::speculation,
           "With super_offload: \"auto\" speculates until clipping is certain (this rank's gradient norm so far "
-          "exceeds gradient_clipping); \"always\" speculates every CPU sub-group; \"never\" is super_offload = false.");
+          "exceeds gradient_clipping) or, after a clipped step, predicted from the rank's usual share of the norm; "
+          "\"always\" speculates every CPU sub-group; \"never\" is super_offload = false.");
     b.add("cpuadam_cores_perc", &OffloadConfig::cpuadam_cores_perc,
           "Share of the rank's bound cores used by CPU AdamW threads.")
         .range(0, 1)

@@ -78,16 +78,16 @@ int64_t CheckpointReader::steps(size_t layer) {
   return steps;
 }
 
-std::vector<uint8_t> CheckpointReader::rng_state(int rank) {
+std::vector<uint8_t> CheckpointReader::rank_blob(int rank, const std::string& name) {
   if (format_ == 1) {
     auto& f = format1_file(rank);
-    return f.has("rng_state") ? f.read_uint8("rng_state").values : std::vector<uint8_t>{};
+    return f.has(name) ? f.read_uint8(name).values : std::vector<uint8_t>{};
   }
   auto& f = file(rank);
-  if (!f.has("rng_state")) return {};
-  std::vector<uint8_t> state(f.count("rng_state"));
-  f.read("rng_state", 0, state.size(), state.data());
-  return state;
+  if (!f.has(name)) return {};
+  std::vector<uint8_t> blob(f.count(name));
+  f.read(name, 0, blob.size(), blob.data());
+  return blob;
 }
 
 }  // namespace superoffload::io

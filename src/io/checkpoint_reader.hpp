@@ -35,8 +35,8 @@ class CheckpointReader {
   // [begin, begin + count) (the writer's padding beyond the parameters reads as 0).
   void read(size_t layer, const std::string& field, int64_t begin, int64_t count, float* out);
   int64_t steps(size_t layer);
-  // The RNG state rank `rank` saved.
-  std::vector<uint8_t> rng_state(int rank);
+  // The blob `name` rank `rank` saved (checkpoint_writer.hpp's RankBlobs); empty when it saved none.
+  std::vector<uint8_t> rank_blob(int rank, const std::string& name);
 
  private:
   Hdf5File& format1_file(int rank);

@@ -26,9 +26,9 @@ std::string layer_group(size_t layer) {
 fs::path partial_of(const fs::path& path) { return path.string() + ".partial"; }
 
 // The rank file's datasets: per layer the three fp32 arrays and the step count, then the
-// header and the RNG state. Written under a temporary name, renamed when complete.
+// header and the rank's blobs. Written under a temporary name, renamed when complete.
 WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
-                       const std::vector<uint8_t>& rng_state, const std::function<void(const std::string&)>& progress) {
+                       const RankBlobs& rank_blobs, const std::function<void(const std::string&)>& progress) {
   std::vector<DatasetSource> datasets;
   for (size_t l = 0; l < shards.size(); ++l) {
     const auto& s = shards[l];
@@ -41,7 +41,9 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::
   }
   const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
   datasets.push_back({"header", ElementType::i64, header, 3});
-  if (!rng_state.empty()) datasets.push_back({"rng_state", ElementType::u8, rng_state.data(), rng_state.size()});
+  for (const auto& [name, bytes] : rank_blobs) {
+    if (!bytes.empty()) datasets.push_back({name, ElementType::u8, bytes.data(), bytes.size()});
+  }
   const fs::path partial = partial_of(path);
   const auto written = write_rank_file(partial, datasets, progress);
   fs::rename(partial, path);
@@ -72,7 +74,7 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::
 }  // namespace
 
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
-                           const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
+                           const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress) {
   const double start_s = base::now_s();
   int rank = 0, world = 1;
@@ -102,7 +104,7 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   const fs::path mine = result.directory / rank_file_name(rank);
   WrittenFile written;
   try {
-    written = write_rank(mine, step, rank, shards, rng_state, progress);
+    written = write_rank(mine, step, rank, shards, rank_blobs, progress);
   } catch (const std::exception& e) {
     throw_save_failed(root, result.directory, mine, e.what());
   }

@@ -1,5 +1,5 @@
 // Saves one checkpoint: every rank writes its file (fp32 master, exp_avg, exp_avg_sq and the
-// step count of each layer shard, plus its RNG state) under a temporary name and renames it;
+// step count of each layer shard, plus its RNG and optimizer state) under a temporary name and renames it;
 // rank 0 then writes manifest.json and, after all files are in place, DONE (with every
 // file's size and CRC32), and finally replaces `latest`. Older checkpoints beyond
 // `keep_last` are deleted only after that. Works on host pointers, not tensors.
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,11 +34,15 @@ struct SaveResult {
   bool already_saved = false;  // a complete checkpoint of this step existed
 };
 
+// What a rank keeps besides its shards, as named byte strings (each a u8 dataset of its rank
+// file): "rng_state", "optimizer_state". A resume at the same world size reads them back.
+using RankBlobs = std::map<std::string, std::vector<uint8_t>>;
+
 // Collective over `comm`. `manifest` (rank 0's is used) gets format_version, step and
 // world_size added. `keep_last` <= 0 keeps everything. `progress` (optional) hears what is
 // being written, layer by layer, so a watchdog knows a long save is alive.
 SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
-                           const std::vector<uint8_t>& rng_state, nlohmann::json manifest, int64_t keep_last,
+                           const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr);
 
 }  // namespace superoffload::io

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
@@ -41,6 +43,14 @@ double squared_norm(ThreadPool& pool, const float* data, size_t n) {
     total += sum;
   });
   return std::isfinite(total) ? total : INFINITY;  // NaN too
+}
+
+// The median of a few values (the mean of the middle two for an even count).
+double median(const std::deque<double>& values) {
+  std::vector<double> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
 uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
@@ -193,7 +203,7 @@ std::string OffloadOptimizer::describe() const {
   const char* mode = s_.speculation == Speculation::never   ? "ZeRO-Offload (CPU steps after backward)"
                      : s_.speculation == Speculation::always ? "SuperOffload (every CPU step speculated during backward)"
                                                              : "SuperOffload (CPU steps speculated during backward until "
-                                                               "clipping is certain)";
+                                                               "clipping is certain or predicted)";
   text << mode
        << ", " << cpu_sub_groups() << " of " << sub_groups() << " sub-groups on the CPU (ratio " << s_.ratio << "), SIMD "
        << adamw_target() << ", " << pool_.size() << " thread(s)" << (s_.bf16_moments ? ", bf16 moments" : "");
@@ -250,14 +260,52 @@ void OffloadOptimizer::begin_step(double lr) {
     g.finished_at = 0;
   }
   local_squared_norm_ = 0;
-  stopped_speculating_ = false;
+  stopped_ = Stop::none;
 }
 
-bool OffloadOptimizer::speculation_pays(double local_squared_norm) const {
+OffloadOptimizer::Stop OffloadOptimizer::stop_for(double local_squared_norm) const {
+  if (!std::isfinite(local_squared_norm)) return Stop::non_finite;
   const double clip = s_.adamw.gradient_clipping;
-  if (s_.speculation == Speculation::always || clip <= 0) return true;
+  if (s_.speculation == Speculation::always || clip <= 0) return Stop::none;
   // This rank's norm so far is ≤ the global norm: beyond the threshold clipping is certain.
-  return std::sqrt(local_squared_norm) <= clip;
+  const double bound = std::sqrt(local_squared_norm);
+  if (bound > clip) return Stop::certain;
+  if (last_clipped_ && !recent_shares_.empty() && bound > clip * median(recent_shares_)) return Stop::predicted;
+  return Stop::none;
+}
+
+void OffloadOptimizer::learn(const StepOutcome& outcome) {
+  if (s_.speculation != Speculation::automatic || s_.adamw.gradient_clipping <= 0) return;
+  if (outcome.skipped || !(outcome.grad_norm > 0) || !std::isfinite(local_squared_norm_)) return;
+  recent_shares_.push_back(std::sqrt(local_squared_norm_) / outcome.grad_norm);
+  if (recent_shares_.size() > kShareHistory) recent_shares_.pop_front();
+  last_clipped_ = outcome.clipped;
+}
+
+std::string OffloadOptimizer::export_rank_state() const {
+  if (s_.speculation != Speculation::automatic) return {};
+  nlohmann::json state = {{"speculation", {{"last_clipped", last_clipped_},
+                                           {"recent_shares", std::vector<double>(recent_shares_.begin(), recent_shares_.end())}}}};
+  return state.dump();  // doubles print with 17 digits: they read back exactly
+}
+
+void OffloadOptimizer::import_rank_state(const std::string& json) {
+  recent_shares_.clear();
+  last_clipped_ = false;
+  if (json.empty()) return;  // a checkpoint of another mode, or from before the history was kept
+  const auto state = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const auto* speculation = state.is_object() && state.contains("speculation") ? &state["speculation"] : nullptr;
+  if (!speculation || !speculation->is_object()) return;
+  const auto last = speculation->value("last_clipped", nlohmann::json());
+  const auto shares = speculation->value("recent_shares", nlohmann::json());
+  SO_CHECK(last.is_boolean() && shares.is_array() && shares.size() <= kShareHistory,
+           "the optimizer state in the checkpoint is malformed: " << json.substr(0, 200));
+  for (const auto& share : shares) {
+    SO_CHECK(share.is_number() && std::isfinite(share.get<double>()) && share.get<double>() >= 0,
+             "the optimizer state in the checkpoint holds a bad share of the gradient norm: " << share.dump());
+    recent_shares_.push_back(share.get<double>());
+  }
+  last_clipped_ = last.get<bool>();
 }
 
 void OffloadOptimizer::gradient_ready(size_t layer) {
@@ -299,12 +347,15 @@ void OffloadOptimizer::worker_loop() {
       // Once speculation stops it stays stopped for the step: the rest wait for step end.
       // A non-finite gradient is never stepped speculatively: its step could not be undone
       // (inf − inf is NaN); the step-end validation sees it in the global norm and skips.
+      // auto goes on adding up the norm once it stopped: the share it learns from is this rank's
+      // whole CPU-gradient norm (the worker has nothing else to do until step end).
       auto& g = groups_[index];
-      if (!stopped_speculating_) {
+      const bool learning = s_.speculation == Speculation::automatic && s_.adamw.gradient_clipping > 0;
+      if ((stopped_ == Stop::none || learning) && std::isfinite(local_squared_norm_)) {
         local_squared_norm_ += squared_norm(pool_, g.grad.data_ptr<float>(), static_cast<size_t>(g.grad.numel()));
-        stopped_speculating_ = !std::isfinite(local_squared_norm_) || !speculation_pays(local_squared_norm_);
       }
-      if (!stopped_speculating_) {
+      if (stopped_ == Stop::none) stopped_ = stop_for(local_squared_norm_);
+      if (stopped_ == Stop::none) {
         std::vector<size_t> upcoming;  // what the NVMe tier reads ahead: the next queued sub-groups
         if (nvme_) {
           std::lock_guard lock(mutex_);
@@ -474,6 +525,9 @@ StepOutcome OffloadOptimizer::finish_step() {
   for (const auto& g : groups_) {
     if (g.speculated && g.finished_at > 0 && g.finished_at < backward_end_) ++outcome.speculated_before_backward_end;
   }
+  outcome.speculation.predicted_stops = stopped_ == Stop::predicted ? 1 : 0;
+  outcome.speculation.mispredicted_stops = stopped_ == Stop::predicted && finite && !outcome.clipped ? 1 : 0;
+  learn(outcome);
   const float scale = outcome.clipped ? static_cast<float>(coefficient) : 1.0f;
   auto& counts = outcome.speculation;
   // The CPU passes left, in order: the speculated sub-groups' undo or redo, then the late

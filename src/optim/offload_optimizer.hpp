@@ -11,14 +11,19 @@
 //
 // Which sub-groups are speculated (Speculation): `always` every CPU sub-group; `never` none
 // (classic ZeRO-Offload: the CPU sub-groups are stepped after backward, same kernel);
-// `automatic` stops speculating on this rank once clipping is certain: the worker adds up the
-// squared norms of this rank's CPU gradients as they arrive, a lower bound of the global
-// norm; once it exceeds gradient_clipping the step clips whatever the other ranks hold.
-// Sub-groups not speculated are stepped once, at step end, with the coefficient. The
-// decision depends on this step's gradients only, so a resumed run decides as the
-// uninterrupted one did and continues its trajectory bit for bit. (A prediction from recent
-// steps' norms was tried and dropped: that history is not in checkpoints, so a resumed run
-// decided differently and its trajectory differed at round-off.)
+// `automatic` stops speculating on this rank once it expects the step to clip. The worker adds
+// up the squared norms of this rank's CPU gradients as they arrive, a lower bound of the
+// global norm:
+//   - certain: once the bound exceeds gradient_clipping the step clips whatever the other
+//     ranks hold;
+//   - predicted: after a clipped step, it stops once the bound exceeds gradient_clipping ×
+//     the median share of the global norm this rank's CPU gradients carried in the last 8
+//     finite steps (the bound extrapolated by the usual share says the step clips).
+// Sub-groups not speculated are stepped once, at step end, with the coefficient. A wrong
+// prediction costs the overlap of the sub-groups left late; a speculated sub-group of a
+// clipped step costs a redo pass. The history is this rank's (export_rank_state): checkpoints
+// keep it, so a resumed run decides as the uninterrupted one did and continues its trajectory
+// bit for bit (a resume at another world size starts the history afresh).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -80,6 +85,8 @@ class OffloadOptimizer final : public Optimizer {
   ShardState export_layer(size_t layer) const override;
   void import_layer(size_t layer, const ShardState& state) override;
   std::string describe() const override;
+  std::string export_rank_state() const override;
+  void import_rank_state(const std::string& json) override;
 
   size_t sub_groups() const { return groups_.size(); }
   size_t cpu_sub_groups() const;
@@ -123,9 +130,12 @@ class OffloadOptimizer final : public Optimizer {
   void run_pass(SubGroup& group, const StateTensors& state, AdamWPass pass, float grad_scale);
   // acquire_state, prefetch(upcoming), run_pass, release_state.
   void step_cpu(SubGroup& group, AdamWPass pass, float grad_scale, const std::vector<size_t>& upcoming = {});
-  // Whether the worker should still speculate, given this rank's squared gradient norm so far
-  // (see the file comment).
-  bool speculation_pays(double local_squared_norm) const;
+  // Why the worker stops speculating, given this rank's squared CPU-gradient norm so far (see
+  // the file comment); none: it goes on.
+  enum class Stop { none, non_finite, certain, predicted };
+  Stop stop_for(double local_squared_norm) const;
+  // auto's history after a step's validation (its finite steps only).
+  void learn(const StepOutcome& outcome);
   void step_device(SubGroup& group, double grad_scale);
   void upload();
   void worker_loop();
@@ -156,7 +166,12 @@ class OffloadOptimizer final : public Optimizer {
   double backward_end_ = 0;
   // This step's speculation state (worker; read by finish_step after wait_for_worker).
   double local_squared_norm_ = 0;  // of the CPU gradients the worker has seen
-  bool stopped_speculating_ = false;
+  Stop stopped_ = Stop::none;
+  // auto's prediction: this rank's share of the global norm (its CPU gradients' norm / the
+  // global norm) in the last kShareHistory finite steps, and whether the last one clipped.
+  static constexpr size_t kShareHistory = 8;
+  std::deque<double> recent_shares_;
+  bool last_clipped_ = false;
 };
 
 }  // namespace superoffload::optim

@@ -50,6 +50,11 @@ class Optimizer {
   // shard from the master weights. Call between steps.
   virtual ShardState export_layer(size_t layer) const = 0;
   virtual void import_layer(size_t layer, const ShardState& state) = 0;
+  // What this rank's optimizer has learned beyond the layers' state, as JSON text (empty:
+  // nothing): SuperOffload's speculation history. Checkpoints keep it per rank, so that a run
+  // resumed at the same world size decides as the uninterrupted run did.
+  virtual std::string export_rank_state() const { return {}; }
+  virtual void import_rank_state(const std::string& /*json*/) {}
   // The fp32 master weights of a layer's shard, on the host (tests, evaluation).
   at::Tensor master(size_t layer) const { return export_layer(layer).master; }
 

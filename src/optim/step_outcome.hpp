@@ -15,6 +15,11 @@ struct SpeculationCounts {
   int64_t replayed = 0;    // speculated, then redone with the clipping coefficient (one fused pass)
   int64_t undone = 0;      // speculated, then undone: a gradient was not finite, the step is skipped
   int64_t late = 0;        // not speculated (policy, or ZeRO-Offload mode): stepped at step end
+  // Speculation "auto": 1 when this rank stopped speculating on its prediction that the step
+  // clips, before clipping was certain; mispredicted: and then the step did not clip (its
+  // late sub-groups lost the overlap for nothing). Summed over ranks in metrics.h5.
+  int64_t predicted_stops = 0;
+  int64_t mispredicted_stops = 0;
 };
 
 // What validation decided for a step.

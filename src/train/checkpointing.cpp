@@ -40,6 +40,8 @@ std::vector<uint8_t> cpu_rng_state() {
   return {bytes, bytes + state.numel()};
 }
 
+std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+
 void set_cpu_rng_state(const std::vector<uint8_t>& bytes) {
   auto state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
@@ -130,9 +132,9 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
   } : std::function<void(const std::string&)>();
   // Runs on this thread, or on the writer thread for a background save.
   auto write = [this, states = std::move(states), views = std::move(views), manifest = std::move(manifest),
-                step = position.step, background, copy_s = base::now_s() - copy_start_s, rng = cpu_rng_state(),
+                step = position.step, background, copy_s = base::now_s() - copy_start_s, blobs = io::RankBlobs{{"rng_state", cpu_rng_state()}, {"optimizer_state", bytes_of(optimizer_.export_rank_state())}},
                 progress = std::move(progress)]() mutable {
-    const auto result = io::save_checkpoint(root_, step, views, rng, manifest, config_.checkpoint.keep_last,
+    const auto result = io::save_checkpoint(root_, step, views, blobs, manifest, config_.checkpoint.keep_last,
                                             background ? writer_comm_ : world_.world(),
                                             background ? std::function<void(const std::string&)>() : progress);
     if (world_.rank() != 0) return;
@@ -369,7 +371,17 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
                       << consumed % global_batch_ << " samples of the epoch are seen again";
     }
   }
-  if (reader.world_size() == world_.size()) set_cpu_rng_state(reader.rng_state(rank));
+  // Per-rank state belongs to a rank of the same layout; at another world size it starts afresh.
+  if (reader.world_size() == world_.size()) {
+    set_cpu_rng_state(reader.rank_blob(rank, "rng_state"));
+    const auto optimizer_state = reader.rank_blob(rank, "optimizer_state");
+    try {
+      optimizer_.import_rank_state(std::string(optimizer_state.begin(), optimizer_state.end()));
+    } catch (const std::exception& e) {
+      throw Error(directory.string() + ", rank " + std::to_string(rank) + ": " + e.what(),
+                  "resume from an earlier checkpoint (--resume), or start afresh");
+    }
+  }
   if (rank == 0) {
     SO_LOG(info) << "resumed from " << directory.string() << ": step " << position.step << ", written by "
                  << reader.world_size() << " rank(s)" << (reader.world_size() != world_.size() ? " (resharded)" : "")

@@ -49,6 +49,8 @@ const Column kTrainColumns[] = {
     {"replayed", [](const StepRecord& r) { return static_cast<double>(r.speculation.replayed); }},
     {"undone", [](const StepRecord& r) { return static_cast<double>(r.speculation.undone); }},
     {"stepped_late", [](const StepRecord& r) { return static_cast<double>(r.speculation.late); }},
+    {"predicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.predicted_stops); }},
+    {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
     {"forward_s", [](const StepRecord& r) { return r.engine.forward_s; }},
     {"backward_s", [](const StepRecord& r) { return r.engine.backward_s; }},
     {"gather_wait_s", [](const StepRecord& r) { return r.engine.gather_wait_s; }},
@@ -77,6 +79,8 @@ const Column kRankColumns[] = {
     {"replayed", [](const StepRecord& r) { return static_cast<double>(r.speculation.replayed); }},
     {"undone", [](const StepRecord& r) { return static_cast<double>(r.speculation.undone); }},
     {"stepped_late", [](const StepRecord& r) { return static_cast<double>(r.speculation.late); }},
+    {"predicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.predicted_stops); }},
+    {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
 };
 
 // The sum over ranks of a /ranks column (rank-major `gathered`, `columns` per rank).
@@ -131,7 +135,9 @@ void MetricsRecorder::record(const StepRecord& r) {
                        .committed = rank_sum(gathered, columns, "committed"),
                        .replayed = rank_sum(gathered, columns, "replayed"),
                        .undone = rank_sum(gathered, columns, "undone"),
-                       .late = rank_sum(gathered, columns, "stepped_late")};
+                       .late = rank_sum(gathered, columns, "stepped_late"),
+                       .predicted_stops = rank_sum(gathered, columns, "predicted_stops"),
+                       .mispredicted_stops = rank_sum(gathered, columns, "mispredicted_stops")};
   std::vector<double> row;
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);

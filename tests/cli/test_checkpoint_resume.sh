@@ -2,7 +2,8 @@
 # Checkpoints end to end on the tiny model (2 ranks, fp32, SuperOffload optimizer):
 #  1. a run killed with SIGKILL between checkpoints and resumed has the loss of every step
 #     equal, bit for bit, to an uninterrupted run's (which saved in the background), read from
-#     metrics.h5 (which h5py follows while it is being written);
+#     metrics.h5 (which h5py follows while it is being written), and the same speculation
+#     decisions (the history speculation "auto" predicts from is in the checkpoint);
 #  2. a checkpoint written by 2 ranks resumes with 1 and with 4, and the state those runs
 #     save equals the original (fp32 master, exp_avg, exp_avg_sq, element for element);
 #  3. a flipped byte, a truncated rank file, a missing DONE and a deleted rank file are each
@@ -74,6 +75,11 @@ assert list(resumed["train/step"][...]) == list(range(1, 17)), resumed["train/st
 assert np.array_equal(a, b), f"losses differ:\n{a}\n{b}"
 assert np.array_equal(full["train/grad_norm"][...], resumed["train/grad_norm"][...])
 assert full["ranks/step_time_s"].shape == (16, 2)
+# Speculation "auto" predicts from its history of recent steps, which the checkpoint keeps per
+# rank: the resumed run makes the same decisions (and so the same round-off).
+for series in ("predicted_stops", "speculated", "replayed", "stepped_late"):
+    assert np.array_equal(full["train/" + series][...], resumed["train/" + series][...]), series
+assert full["train/predicted_stops"][...].sum() > 0, "the tiny run never stopped speculating on a prediction"
 print("16 losses bit-identical after SIGKILL and resume; last", b[-1])
 PY
 

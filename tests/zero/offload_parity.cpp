@@ -9,6 +9,8 @@
 //   - with a threshold every step exceeds, "auto" stops speculating mid-backward once this
 //     rank's norm so far crosses it (some sub-groups of a step speculated, the rest stepped
 //     late) and still matches synchronous;
+//   - after clipped steps "auto" also stops on its prediction (some of them wrongly, in the
+//     sequence with 10 clipped steps of 30) and still matches synchronous;
 //   - synchronous mode with every sub-group on the CPU equals the reference sharded AdamW
 //     within 1e-6 (the SIMD kernel inside real training);
 //   - CPU steps of sub-groups finish before backward ends (overlap).
@@ -91,14 +93,18 @@ Run train(const std::string& dir, Mode mode, double ratio, double clip, at::Devi
     run.clipped += outcome.clipped;
     run.overlapped += static_cast<int>(outcome.speculated_before_backward_end);
     const auto& c = outcome.speculation;
-    int64_t mine[6] = {c.speculated, c.committed, c.replayed, c.undone, c.late, c.speculated > 0 && c.late > 0}, all[6];
-    MPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_SUM, world);
+    int64_t mine[8] = {c.speculated, c.committed,       c.replayed,          c.undone,
+                       c.late,       c.predicted_stops, c.mispredicted_stops, c.speculated > 0 && c.late > 0},
+            all[8];
+    MPI_Allreduce(mine, all, 8, MPI_INT64_T, MPI_SUM, world);
     run.counts.speculated += all[0];
     run.counts.committed += all[1];
     run.counts.replayed += all[2];
     run.counts.undone += all[3];
     run.counts.late += all[4];
-    run.stopped_mid_backward += static_cast<int>(all[5]);
+    run.counts.predicted_stops += all[5];
+    run.counts.mispredicted_stops += all[6];
+    run.stopped_mid_backward += static_cast<int>(all[7]);
   }
   for (size_t l = 0; l < engine.layers().size(); ++l) {
     run.masters.push_back(optimizer->master(l).to(at::kCPU, false, /*copy=*/true));
@@ -161,11 +167,12 @@ int main(int argc, char** argv) {
     const double cpu_vs_reference = worst_relative(all_cpu, reference);
     auto describe = [](const char* name, const Run& r, double diff) {
       std::printf("%-24s vs synchronous %.2e; skipped %d, clipped %d steps; CPU sub-group steps: %lld speculated "
-                  "(%lld committed, %lld replayed, %lld undone), %lld late; %d rank-steps stopped mid-backward; %d "
-                  "finished before backward ended\n",
+                  "(%lld committed, %lld replayed, %lld undone), %lld late; %d rank-steps stopped mid-backward (%lld "
+                  "on a prediction, %lld wrongly); %d finished before backward ended\n",
                   name, diff, r.skipped, r.clipped, static_cast<long long>(r.counts.speculated),
                   static_cast<long long>(r.counts.committed), static_cast<long long>(r.counts.replayed),
                   static_cast<long long>(r.counts.undone), static_cast<long long>(r.counts.late), r.stopped_mid_backward,
+                  static_cast<long long>(r.counts.predicted_stops), static_cast<long long>(r.counts.mispredicted_stops),
                   r.overlapped);
     };
     if (rank == 0) {
@@ -193,6 +200,10 @@ int main(int argc, char** argv) {
     check(auto_low.stopped_mid_backward > 0, "auto never stopped speculating mid-backward when every step clips");
     check(auto_low.clipped >= 25, "with the low threshold nearly every step must clip");
     check(auto_low.counts.late > 0, "when every step clips, auto should leave sub-groups to step late");
+    check(automatic.counts.predicted_stops > 0, "after clipped steps auto never stopped speculating on its prediction");
+    check(auto_low.counts.predicted_stops > 0, "when every step clips, auto never stopped on its prediction");
+    check(always.counts.predicted_stops == 0 && synchronous.counts.predicted_stops == 0,
+          "only speculation auto predicts");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     failures = 1;
