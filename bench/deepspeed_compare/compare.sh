@@ -37,8 +37,8 @@ if [[ -n $wheels ]]; then
   mkdir -p "$wheels"
   python3 -m pip wheel --no-deps -w "$wheels" deepspeed
   python3 -m pip download --no-deps --only-binary=:all: -d "$wheels" hjson py-cpuinfo msgpack ninja pydantic \
-    pydantic-core annotated-types typing-inspection transformers tokenizers safetensors huggingface-hub regex \
-    tqdm pyyaml packaging filelock fsspec hf-xet
+    pydantic-core annotated-types typing-inspection transformers accelerate psutil tokenizers safetensors \
+    huggingface-hub regex tqdm pyyaml packaging filelock fsspec hf-xet
   ls "$wheels"
   exit 0
 fi
@@ -46,13 +46,13 @@ fi
 [[ -x $build/bin/superoffload ]] || { echo "compare.sh: $build/bin/superoffload is missing: run scripts/setup" >&2; exit 2; }
 if [[ -z $python ]]; then
   venv=$build/deepspeed-venv python=$build/deepspeed-venv/bin/python
-  if ! "$python" -c "import deepspeed, transformers" > /dev/null 2>&1; then
+  if ! "$python" -c "import deepspeed, transformers, accelerate" > /dev/null 2>&1; then
     echo "== making $venv (deepspeed and transformers from PyPI, LibTorch from .venv)" >&2
     python3 -m venv "$venv"
     torch_site=$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$torch_site" > "$site/superoffload-torch.pth"
-    "$venv/bin/pip" install --quiet deepspeed transformers
+    "$venv/bin/pip" install --quiet deepspeed transformers accelerate
   fi
 fi
 gpu=$("$python" -c "import torch; print(int(torch.cuda.is_available()))")
@@ -74,7 +74,8 @@ ours() {  # ours NAME CLIP SUPER_OFFLOAD: prints "ms tokens_per_s"
     --set training.timing_warmup_steps=2 --set training.bench_steps="$steps" --set offload.ratio="$ratio" \
     --set offload.super_offload="$super" --set offload.cpuadam_cores_perc=0.9 --set zero.sub_group_size=$sub_group \
     --set zero.reduce_bucket_size=$bucket --set zero.stage3_prefetch_bucket_size=$bucket \
-    --set zero.stage3_param_persistence_threshold=100000 --set optimizer.lr=1e-5 --set lr_schedule.type=constant \
+    --set zero.stage3_param_persistence_threshold=100000 --set optimizer.lr=1e-5 --set lr_schedule.type=constant --set lr_schedule.min_lr=0 \
+    --set lr_schedule.warmup_num_steps=0 \
     --set runtime.device=auto > "$work/$name.log" 2>&1 || { echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
   sed -nE 's/.*mean step ([0-9.]+) ms over .*, ([0-9.]+) tokens\/s .*/\1 \2/p' "$work/$name.log"
 }

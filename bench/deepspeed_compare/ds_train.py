@@ -110,9 +110,11 @@ def main():
     config = deepspeed_config(args, world)
     hf_config = transformers.AutoConfig.from_pretrained(args.model)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
-    # Parameters are partitioned as they are made, as ZeRO-3 fine-tuning of a large model does.
-    with deepspeed.zero.Init(config_dict_or_path=config, dtype=dtype):
-        model = transformers.AutoModelForCausalLM.from_config(hf_config, torch_dtype=dtype)
+    # Parameters are partitioned as they are made, as HF Trainer's ZeRO-3 does: with this object
+    # alive, from_config builds under deepspeed.zero.Init and gathers each module to initialise it.
+    from transformers.integrations import HfDeepSpeedConfig
+    hf_deepspeed = HfDeepSpeedConfig(config)  # noqa: F841 (must stay referenced)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, torch_dtype=dtype)
     if args.checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = False
