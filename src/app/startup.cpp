@@ -39,6 +39,7 @@ config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const C
   const auto& logging = loaded.config.logging;
   if (globals.log_level.empty()) log::set_level(log_level(logging.level));
   log::set_rank(world.rank(), logging.console == config::ConsoleMode::all ? log::Console::all : log::Console::rank0);
+  for (const auto& note : loaded.notes) SO_LOG(info) << "DeepSpeed config: " << note;
   for (const auto& warning : loaded.warnings) SO_LOG(warning) << warning;
   return loaded;
 }

@@ -110,6 +110,7 @@ struct LoggingConfig {
   LogLevel level = LogLevel::info;
   ConsoleMode console = ConsoleMode::rank0;
   std::int64_t log_every_steps = 1;
+  std::int64_t steps_per_print = 0;  // DeepSpeed's progress line every N steps; 0: none
 };
 
 struct RuntimeConfig {

@@ -43,8 +43,7 @@ class Importer {
   void map(const json& value, const std::string& json_path, const std::string& section, const std::string& key) {
     consumed_.insert(json_path);
     if (value.is_string() && value.get<std::string>() == "auto") {
-      out_.warnings.push_back(file_ + ": " + json_path + " = \"auto\" is left at superoffload's value (" + section +
-                              "." + key + ")");
+      out_.deferred.push_back({section + "." + key, file_ + ": " + json_path});
       return;
     }
     auto* section_table = out_.table.get_as<toml::table>(section);
@@ -75,6 +74,38 @@ class Importer {
               const std::string& key) {
     if (object.is_object() && object.contains(name)) map(object.at(name), prefix + name, section, key);
   }
+
+  // [section] key = DeepSpeed's default, for a key the JSON leaves out (`why` says whose
+  // default); the origin names it, so `superoffload config` shows where the value came from.
+  void ds_default(const json& value, const std::string& json_path, const std::string& section, const std::string& key,
+                  const std::string& why) {
+    map(value, json_path, section, key);
+    out_.origins[section + "." + key] = file_ + ": " + json_path + " absent (" + why + ")";
+  }
+  // As map_if, or DeepSpeed's default when the JSON leaves the key out.
+  void map_or_default(const json& object, const std::string& prefix, const std::string& name, const std::string& section,
+                      const std::string& key, const json& fallback, const std::string& why) {
+    if (object.is_object() && object.contains(name)) map(object.at(name), prefix + name, section, key);
+    else ds_default(fallback, prefix + name, section, key, why);
+  }
+  // A learning rate DeepSpeed gives as a ratio of the optimizer's (resolved by the loader).
+  void map_ratio(const json& object, const std::string& prefix, const std::string& name, const std::string& section,
+                 const std::string& key, double fallback) {
+    const std::string path = prefix + name;
+    consumed_.insert(path);
+    const json value = object.value(name, json(fallback));
+    if (value.is_string() && value.get<std::string>() == "auto") {
+      out_.deferred.push_back({section + "." + key, file_ + ": " + path});
+      return;
+    }
+    if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > 1) {
+      problem(path, "must be a number in [0, 1], not " + value.dump());
+      return;
+    }
+    out_.deferred.push_back({section + "." + key, file_ + ": " + path + (object.contains(name) ? "" : " absent"),
+                             /*is_auto=*/false, value.get<double>()});
+  }
+  void note(const std::string& text) { out_.notes.push_back(file_ + ": " + text); }
 
   void problem(const std::string& json_path, const std::string& text) {
     consumed_.insert(json_path);
@@ -130,18 +161,25 @@ void import_optimizer(const json& optimizer, Importer& in) {
     }
   }
   in.consume("optimizer.params.adam_w_mode");
-  in.map_if(params, "optimizer.params.", "lr", "optimizer", "lr");
-  in.map_if(params, "optimizer.params.", "betas", "optimizer", "betas");
-  in.map_if(params, "optimizer.params.", "eps", "optimizer", "eps");
-  in.map_if(params, "optimizer.params.", "weight_decay", "optimizer", "weight_decay");
+  // What DeepSpeed's Adam (DeepSpeedCPUAdam, FusedAdam) takes when a parameter is left out.
+  const std::string why = std::string(kDeepSpeedSemantics) + "'s Adam default";
+  in.map_or_default(params, "optimizer.params.", "lr", "optimizer", "lr", 1e-3, why);
+  in.map_or_default(params, "optimizer.params.", "betas", "optimizer", "betas", json::array({0.9, 0.999}), why);
+  in.map_or_default(params, "optimizer.params.", "eps", "optimizer", "eps", 1e-8, why);
+  in.map_or_default(params, "optimizer.params.", "weight_decay", "optimizer", "weight_decay", 0.0, why);
   if (params.contains("torch_adam")) in.consume("optimizer.params.torch_adam");
 }
 
+// DeepSpeed's schedulers, with their defaults for what the JSON leaves out (WarmupLR,
+// WarmupDecayLR and WarmupCosineLR all warm up over 1000 steps on a log curve by default;
+// WarmupDecayLR peaks at 0.001, not at the optimizer's lr; WarmupCosineLR gives its floors as
+// ratios of the optimizer's lr).
 void import_scheduler(const json& scheduler, Importer& in) {
   if (!scheduler.contains("type")) return;
   const std::string type = scheduler.at("type").get<std::string>();
   const json params = scheduler.value("params", json::object());
   const std::string p = "scheduler.params.";
+  const std::string why = std::string(kDeepSpeedSemantics) + "'s " + type + " default";
   if (type == "WarmupLR") {
     in.map(json("constant"), "scheduler.type", "lr_schedule", "type");
   } else if (type == "WarmupDecayLR") {
@@ -153,11 +191,22 @@ void import_scheduler(const json& scheduler, Importer& in) {
                                      "\" is not supported; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
     return;
   }
-  in.map_if(params, p, "warmup_num_steps", "lr_schedule", "warmup_num_steps");
-  in.map_if(params, p, "warmup_type", "lr_schedule", "warmup_type");
-  in.map_if(params, p, "warmup_min_lr", "lr_schedule", "warmup_min_lr");
-  // WarmupLR / WarmupDecayLR climb to warmup_max_lr: that is the peak learning rate.
-  in.map_if(params, p, "warmup_max_lr", "optimizer", "lr");
+  in.map_or_default(params, p, "warmup_num_steps", "lr_schedule", "warmup_num_steps", 1000, why);
+  in.map_or_default(params, p, "warmup_type", "lr_schedule", "warmup_type", "log", why);
+  if (type == "WarmupCosineLR") {
+    in.map_ratio(params, p, "warmup_min_ratio", "lr_schedule", "warmup_min_lr", 0.0);
+    in.map_ratio(params, p, "cos_min_ratio", "lr_schedule", "min_lr", 1e-4);
+  } else {
+    in.map_or_default(params, p, "warmup_min_lr", "lr_schedule", "warmup_min_lr", 0.0, why);
+    // WarmupLR / WarmupDecayLR climb to warmup_max_lr: that is the peak learning rate.
+    // WarmupLR without it climbs to the optimizer's lr; WarmupDecayLR to 0.001.
+    if (type == "WarmupDecayLR") {
+      in.map_or_default(params, p, "warmup_max_lr", "optimizer", "lr", 1e-3, why);
+      in.ds_default(0.0, p + "(decay end)", "lr_schedule", "min_lr", "WarmupDecayLR decays to 0");
+    } else {
+      in.map_if(params, p, "warmup_max_lr", "optimizer", "lr");
+    }
+  }
   // The decay horizon is the run's length (training.max_steps) here; a different
   // total_num_steps is reported rather than silently used.
   if (params.contains("last_batch_iteration")) in.consume(p + "last_batch_iteration");
@@ -219,23 +268,42 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
 
   Importer in(name);
   try {
-    for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                            "gradient_clipping"}) {
+    for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
       in.map_if(root, "", key, "training", key);
     }
-    in.map_if(root, "", "steps_per_print", "logging", "log_every_steps");
+    in.map_or_default(root, "", "gradient_clipping", "training", "gradient_clipping", 1.0,
+                      std::string(kDeepSpeedSemantics) + "'s default");
+    // DeepSpeed's own progress line every N steps; it does not thin out anything else.
+    in.map_if(root, "", "steps_per_print", "logging", "steps_per_print");
     in.map_if(root, "", "wall_clock_breakdown", "metrics", "wall_clock_breakdown");
     if (const json* bf16 = block(root, "bf16", "bf16", in)) in.map_if(*bf16, "bf16.", "enabled", "precision", "bf16");
     if (const json* fp16 = block(root, "fp16", "fp16", in)) {
-      if (fp16->value("enabled", false)) {
+      const json enabled = fp16->value("enabled", json(false));
+      if (enabled == json(true)) {
         in.problem("fp16.enabled", "fp16 training is not supported; superoffload trains in bf16 (set \"bf16\": "
                                    "{\"enabled\": true} and drop the fp16 block)");
+      } else if (enabled == json("auto")) {
+        in.note("fp16.enabled = \"auto\": fp16 stays off (superoffload trains in bf16 or fp32, per [precision] bf16)");
+      } else if (!enabled.is_boolean()) {
+        in.problem("fp16.enabled", "must be true, false or \"auto\", not " + enabled.dump());
       }
       in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
     }
     if (const json* zero = block(root, "zero_optimization", "zero_optimization", in)) import_zero(*zero, in);
-    if (const json* optimizer = block(root, "optimizer", "optimizer", in)) import_optimizer(*optimizer, in);
-    if (const json* scheduler = block(root, "scheduler", "scheduler", in)) import_scheduler(*scheduler, in);
+    if (const json* optimizer = block(root, "optimizer", "optimizer", in)) {
+      import_optimizer(*optimizer, in);
+    } else {
+      in.note("no \"optimizer\" block: DeepSpeed would use the training script's optimizer; superoffload uses its "
+              "[optimizer] (AdamW unless set otherwise)");
+    }
+    if (const json* scheduler = block(root, "scheduler", "scheduler", in)) {
+      import_scheduler(*scheduler, in);
+    } else if (!root.contains("scheduler")) {
+      // DeepSpeed without a scheduler (and without one from the script) keeps lr constant.
+      const std::string why = "no scheduler: " + std::string(kDeepSpeedSemantics) + " keeps the learning rate constant";
+      in.ds_default(json("constant"), "scheduler", "lr_schedule", "type", why);
+      in.ds_default(json(0), "scheduler", "lr_schedule", "warmup_num_steps", why);
+    }
   } catch (const json::exception& e) {
     in.problem("(structure)", std::string("unexpected value type: ") + e.what());
   }

@@ -9,6 +9,7 @@
 
 #include "config/batch_sizes.hpp"
 #include "config/deepspeed_import.hpp"
+#include "config/deepspeed_resolve.hpp"
 #include "config/schema.hpp"
 #include "config/suggest.hpp"
 
@@ -347,6 +348,21 @@ LoadedConfig load_config(const ConfigSources& sources, int world_size) {
   }
   LoadedConfig loaded = loader.finish(world_size);
   loaded.warnings.insert(loaded.warnings.begin(), warnings.begin(), warnings.end());
+  if (deepspeed) {
+    loaded.notes = deepspeed->notes;
+    std::vector<std::string> problems;
+    resolve_deferred(*deepspeed, loaded, problems);
+    if (!problems.empty()) throw ConfigError(problems);
+    // What the run would be without the JSON (when that is a complete configuration).
+    ConfigSources without = sources;
+    without.deepspeed_json.reset();
+    try {
+      const auto plain = load_config(without, world_size);
+      note_import_differences(loaded, plain.config, sources.deepspeed_json->string(), loaded.notes);
+    } catch (const ConfigError&) {
+      // Incomplete without the JSON (it supplies a required key): nothing to compare with.
+    }
+  }
   return loaded;
 }
 

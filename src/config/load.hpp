@@ -26,6 +26,10 @@ struct LoadedConfig {
   // Keys left at their default are absent.
   std::map<std::string, std::string> origins;
   std::vector<std::string> warnings;  // e.g. DeepSpeed keys that were ignored
+  // What a DeepSpeed import decided: "auto" resolved, DeepSpeed's defaults for absent keys,
+  // and every value that differs from what the run would have without the import. Logged
+  // once at start-up (info).
+  std::vector<std::string> notes;
 };
 
 // Throws ConfigError listing every problem found.

@@ -228,6 +228,10 @@ std::vector<Section> build_schema() {
     b.add("console", &LoggingConfig::console,
           "\"rank0\": only rank 0 on the console (errors from all); \"all\": every rank.");
     b.add("log_every_steps", &LoggingConfig::log_every_steps, "Print the step line every N steps.").at_least(1);
+    b.add("steps_per_print", &LoggingConfig::steps_per_print,
+          "Also print DeepSpeed's progress line (step, skipped, lr, mom) every N steps; 0: never. DeepSpeed's "
+          "steps_per_print imports here.")
+        .at_least(0);
   }
   {
     SectionBuilder<RuntimeConfig> b(s, "runtime", "Devices, communication and process placement.", &Config::runtime);

@@ -43,7 +43,9 @@ std::string quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string format_value(const Value& value) {
+}  // namespace
+
+std::string value_text(const Value& value) {
   return std::visit(
       [](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
@@ -60,14 +62,12 @@ std::string format_value(const Value& value) {
       value);
 }
 
-}  // namespace
-
 std::string to_toml(const Config& config, const std::map<std::string, std::string>* origins) {
   std::string out;
   for (const auto& section : schema()) {
     out += (out.empty() ? "[" : "\n[") + section.name + "]\n";
     for (const auto& field : section.fields) {
-      out += field.key + " = " + format_value(field.get(config));
+      out += field.key + " = " + value_text(field.get(config));
       if (origins) {
         if (auto it = origins->find(field.dotted()); it != origins->end()) out += "  # " + it->second;
       }
@@ -93,7 +93,7 @@ std::string reference_toml() {
       if (field.required) {
         out += field.key + " = " + field.example + "  # required\n";
       } else {
-        out += field.key + " = " + format_value(field.get(defaults)) + "\n";
+        out += field.key + " = " + value_text(field.get(defaults)) + "\n";
       }
     }
   }

@@ -58,4 +58,10 @@ std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTi
   return text.str();
 }
 
+std::string format_deepspeed_progress(int64_t step, int64_t skipped, double lr, double beta1, double beta2) {
+  std::ostringstream out;
+  out << "step=" << step << ", skipped=" << skipped << ", lr=[" << lr << "], mom=[(" << beta1 << ", " << beta2 << ")]";
+  return out.str();
+}
+
 }  // namespace superoffload::train

@@ -26,6 +26,9 @@ struct StepLine {
 std::string format_step_line(const StepLine& line);
 // "4520 (1130 per device)"-style numbers: `significant` digits, no exponent below 1e6.
 std::string format_significant(double value, int significant);
+// DeepSpeed's progress line ([logging] steps_per_print), as DeepSpeed prints it, so that scripts
+// that read DeepSpeed logs read ours: "step=200, skipped=0, lr=[3e-05], mom=[(0.9, 0.999)]".
+std::string format_deepspeed_progress(int64_t step, int64_t skipped, double lr, double beta1, double beta2);
 // "  time breakdown (s): forward …, backward …" of the engine and the optimizer phases.
 std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer);
 

@@ -328,6 +328,10 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1)});
       if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result.engine, result.optimizer);
     }
+    if (rank == 0 && cfg.logging.steps_per_print > 0 && (step + 1) % cfg.logging.steps_per_print == 0) {
+      SO_LOG(info) << format_deepspeed_progress(step + 1, skips.total(), lr, cfg.optimizer.betas.at(0),
+                                                cfg.optimizer.betas.at(1));
+    }
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
       metrics.flush();

@@ -68,7 +68,8 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
   const auto& c = loaded.config;
   EXPECT_EQ(c.training.train_batch_size, 2 * 4 * 2);
   EXPECT_DOUBLE_EQ(c.training.gradient_clipping, 0.5);
-  EXPECT_EQ(c.logging.log_every_steps, 5);
+  EXPECT_EQ(c.logging.steps_per_print, 5);  // DeepSpeed's progress line, not our step line
+  EXPECT_EQ(c.logging.log_every_steps, 1);
   EXPECT_EQ(c.optimizer.type, superoffload::config::OptimizerType::adamw);  // DeepSpeed's "Adam" decouples weight decay by default
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.9, 0.95}));
@@ -76,6 +77,9 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
   EXPECT_EQ(c.lr_schedule.type, superoffload::config::LrScheduleType::cosine);
   EXPECT_EQ(c.lr_schedule.warmup_num_steps, 100);
+  EXPECT_EQ(c.lr_schedule.warmup_type, superoffload::config::WarmupType::log);  // DeepSpeed's default curve
+  EXPECT_DOUBLE_EQ(c.lr_schedule.warmup_min_lr, 0.1 * 3e-4);                   // warmup_min_ratio × lr
+  EXPECT_DOUBLE_EQ(c.lr_schedule.min_lr, 0.01 * 3e-4);                         // cos_min_ratio × lr
   EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
   EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10'000);
   auto has = [&](const std::string& text) {
@@ -87,7 +91,87 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
   EXPECT_TRUE(has("zero_optimization.contiguous_gradients")) << "ignored keys are warned about";
   EXPECT_TRUE(has("flops_profiler.enabled"));
   EXPECT_TRUE(has("scheduler.params.total_num_steps"));
-  EXPECT_TRUE(has("stage3_prefetch_bucket_size = \"auto\""));
+}
+
+// HF Trainer's documented ZeRO-3 + offload shape, "auto" everywhere it writes it.
+TEST(DeepSpeedImport, HfTrainerAutoValuesAreResolved) {
+  const std::string model = std::string(SUPEROFFLOAD_SOURCE_DIR) + "/configs/models/tiny-llama";  // hidden_size 384
+  auto loaded = so::config::load_config(
+      ConfigSources{std::nullopt, kData + "hf_trainer_zero3_offload.json",
+                    {"model.path=" + model, "data.path=/d.jsonl", "training.train_micro_batch_size_per_gpu=4",
+                     "optimizer.lr=2e-5"}},
+      2);
+  const auto& c = loaded.config;
+  EXPECT_EQ(c.zero.reduce_bucket_size, 384 * 384);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, static_cast<int64_t>(0.9 * 384 * 384));
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10 * 384);
+  EXPECT_EQ(c.training.train_micro_batch_size_per_gpu, 4);  // from --set
+  EXPECT_EQ(c.training.train_batch_size, 8);                // derived for 2 ranks
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 2e-5);                   // from --set
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.01);         // superoffload's default
+  EXPECT_DOUBLE_EQ(c.training.gradient_clipping, 1.0);
+  EXPECT_EQ(c.lr_schedule.type, superoffload::config::LrScheduleType::constant);  // WarmupLR
+  EXPECT_EQ(c.logging.steps_per_print, 2000);
+  EXPECT_EQ(c.logging.log_every_steps, 1);
+  auto noted = [&](const std::string& text) {
+    for (const auto& n : loaded.notes) {
+      if (n.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(noted("reduce_bucket_size = \"auto\": [zero] reduce_bucket_size = 147456, hidden_size² with hidden_size 384"));
+  EXPECT_TRUE(noted("train_micro_batch_size_per_gpu = \"auto\": [training] train_micro_batch_size_per_gpu = 4 from --set"));
+  EXPECT_TRUE(noted("fp16.enabled = \"auto\": fp16 stays off"));
+  EXPECT_TRUE(noted("[lr_schedule] type = \"constant\"")) << "differences from superoffload alone are noted";
+  for (const auto& w : loaded.warnings) EXPECT_EQ(w.find("auto"), std::string::npos) << w;
+  EXPECT_EQ(loaded.origins.at("zero.reduce_bucket_size"),
+            kData + "hf_trainer_zero3_offload.json: zero_optimization.reduce_bucket_size = \"auto\" → hidden_size² "
+                    "(HF Trainer's rule)");
+}
+
+TEST(DeepSpeedImport, AutoBucketSizesNeedTheModelsConfig) {
+  const auto message = error_of(ConfigSources{std::nullopt, kData + "hf_trainer_zero3_offload.json", kRequired});
+  EXPECT_NE(message.find("reduce_bucket_size = \"auto\" is derived from the model's hidden_size, but /m/config.json "
+                         "cannot be read"),
+            std::string::npos)
+      << message;
+}
+
+// Where a key is absent the run means what it means in DeepSpeed, not superoffload's default.
+TEST(DeepSpeedImport, AbsentKeysTakeDeepSpeedsDefaults) {
+  // No scheduler: constant lr (superoffload alone would decay it on a cosine). An optimizer
+  // block without lr or weight_decay: DeepSpeed's Adam defaults 1e-3 and 0.
+  auto path = write_temp("bare.json", R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {}}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.lr_schedule.type, superoffload::config::LrScheduleType::constant);
+  EXPECT_EQ(loaded.config.lr_schedule.warmup_num_steps, 0);
+  EXPECT_DOUBLE_EQ(loaded.config.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(loaded.config.optimizer.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(loaded.config.training.gradient_clipping, 1.0);
+  EXPECT_NE(loaded.origins.at("lr_schedule.type").find("keeps the learning rate constant"), std::string::npos);
+  bool noted = false;
+  for (const auto& n : loaded.notes) noted |= n.find("[lr_schedule] type = \"constant\"") != std::string::npos;
+  EXPECT_TRUE(noted);
+  std::filesystem::remove(path);
+  // WarmupDecayLR without warmup_max_lr peaks at 0.001 and decays to 0, over DeepSpeed's
+  // default 1000 log-curve warm-up steps; a TOML lr after the JSON still wins.
+  path = write_temp("decay.json", R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 5000}}})");
+  loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.lr_schedule.type, superoffload::config::LrScheduleType::linear);
+  EXPECT_DOUBLE_EQ(loaded.config.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(loaded.config.lr_schedule.min_lr, 0.0);
+  EXPECT_EQ(loaded.config.lr_schedule.warmup_num_steps, 1000);
+  EXPECT_EQ(loaded.config.lr_schedule.warmup_type, superoffload::config::WarmupType::log);
+  std::filesystem::remove(path);
+  // No optimizer block: DeepSpeed would take the script's optimizer; ours stays, with a note.
+  path = write_temp("no_optimizer.json", R"({"train_batch_size": 4})");
+  loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_DOUBLE_EQ(loaded.config.optimizer.lr, 1e-5);
+  noted = false;
+  for (const auto& n : loaded.notes) noted |= n.find("no \"optimizer\" block") != std::string::npos;
+  EXPECT_TRUE(noted);
+  std::filesystem::remove(path);
 }
 
 TEST(DeepSpeedImport, AdamWithoutDecoupledDecayIsAdam) {
