@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PNG plots of a superoffload metrics.h5: loss, throughput and TFLOPS over steps, the phase
-breakdown of a step, and per-rank step times (stragglers stand out).
+breakdown of a step, and per-rank step times (stragglers stand out); for an LR range test
+also loss against lr on a log axis, with the suggested lr marked and printed.
 
     plot_metrics.py runs/tiny/metrics.h5 [--out DIR]
 
@@ -20,6 +21,32 @@ import numpy as np  # noqa: E402
 
 PHASES = ["forward_s", "backward_s", "gather_wait_s", "reduce_s", "d2h_s", "cpu_step_s", "device_step_s", "h2d_s",
           "optimizer_wait_s", "rollback_s"]
+
+
+def suggest_lr(lr, loss):
+    """The lr where the smoothed loss fell fastest against log(lr): the rule of
+    src/train/lr_suggestion.cpp (`superoffload inspect` prints the same), step for step."""
+    n = min(len(lr), len(loss))
+    half = max(1, n // 10)
+    smoothed = np.full(n, np.nan)
+    for i in range(n):
+        window = loss[max(0, i - half):min(n, i + half + 1)]
+        window = window[np.isfinite(window)]
+        if window.size:
+            smoothed[i] = window.mean()
+    used, lowest = 0, np.inf
+    while used < n and np.isfinite(smoothed[used]) and lr[used] > 0 and smoothed[used] <= 4 * lowest:
+        lowest = min(lowest, smoothed[used])
+        used += 1
+    best, at = 0.0, None
+    for i in range(1, used - 1) if used >= 5 else ():
+        below, above = max(0, i - half), min(used - 1, i + half)
+        run = np.log(lr[above]) - np.log(lr[below])
+        if run > 0:
+            slope = (smoothed[above] - smoothed[below]) / run
+            if slope < best:
+                best, at = slope, i
+    return smoothed, (lr[at] if at is not None else None)
 
 
 def main():
@@ -91,6 +118,22 @@ def main():
     if per_rank.shape[1] <= 16:
         ax.legend(fontsize="small")
     save(fig, "ranks.png")
+    config = f.attrs.get("config", b"")
+    config = config.decode() if isinstance(config, bytes) else str(config)
+    if 'type = "lr_range_test"' in config:
+        smoothed, suggested = suggest_lr(train["lr"], train["loss"])
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.plot(train["lr"], train["loss"], ".", alpha=0.4, label="loss")
+        ax.plot(train["lr"], smoothed, label="smoothed")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate (log)")
+        ax.set_ylabel("loss")
+        ax.set_title("LR range test")
+        if suggested is not None:
+            ax.axvline(suggested, color="tab:red", linestyle="--", label=f"fastest fall: lr {suggested:.3g}")
+            print(f"lr range test: the loss fell fastest at lr {suggested:.3g}")
+        ax.legend()
+        save(fig, "lr_range_test.png")
     for path in written:
         print(path)
 

@@ -3,6 +3,7 @@
 // with every file's checksum verified). PATH may also be an output directory or its
 // checkpoints/ folder: then its metrics and its newest complete checkpoint are shown.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "cluster/mpi_world.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
+#include "train/lr_suggestion.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -24,6 +26,43 @@ namespace fs = std::filesystem;
 double mean(const std::vector<double>& v, size_t from = 0) {
   if (v.size() <= from) return 0;
   return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(from), v.end(), 0.0) / static_cast<double>(v.size() - from);
+}
+
+// An LR range test: loss against lr on a log axis (a text plot) and the suggested lr.
+void print_lr_range_test(const std::vector<double>& lr, const std::vector<double>& loss) {
+  const auto s = train::suggest_lr(lr, loss);
+  std::printf("  lr range test  %zu steps, lr %.3g to %.3g", lr.size(), lr.front(), lr.back());
+  if (s.found) {
+    std::printf("; the loss fell fastest at lr %.3g (suggested), lowest at lr %.3g\n", s.steepest_lr, s.min_loss_lr);
+  } else {
+    std::printf("; no suggestion: %s\n", s.used_steps < 5 ? "fewer than 5 steps before the loss diverged"
+                                                              : "the loss never fell");
+  }
+  if (lr.size() < 2 || !(lr.front() > 0)) return;
+  double low = INFINITY, high = -INFINITY;
+  for (double v : s.smoothed) {
+    if (std::isfinite(v)) low = std::min(low, v), high = std::max(high, v);
+  }
+  // Rows evenly spaced in log(lr); each shows the smoothed loss as a bar.
+  const int rows = static_cast<int>(std::min<size_t>(12, lr.size()));
+  const double first = std::log(lr.front()), last = std::log(lr.back());
+  std::vector<size_t> shown;
+  for (int r = 0, i = 0; r < rows; ++r) {
+    const double target = first + (last - first) * r / std::max(1, rows - 1);
+    while (static_cast<size_t>(i) + 1 < lr.size() && std::log(lr[static_cast<size_t>(i)]) < target) ++i;
+    if (shown.empty() || shown.back() != static_cast<size_t>(i)) shown.push_back(static_cast<size_t>(i));
+  }
+  size_t marked = shown.front();  // the row nearest the suggestion
+  for (size_t i : shown) {
+    if (std::abs(std::log(lr[i] / s.steepest_lr)) < std::abs(std::log(lr[marked] / s.steepest_lr))) marked = i;
+  }
+  std::printf("    %10s  %s\n", "lr", "loss (smoothed)");
+  for (size_t i : shown) {
+    const double v = s.smoothed[i];
+    const int bar = std::isfinite(v) && high > low ? static_cast<int>(40 * (v - low) / (high - low)) : 0;
+    std::printf("    %10.3g  %10.4f  %s%s\n", lr[i], v, std::string(static_cast<size_t>(bar) + 1, '#').c_str(),
+                s.found && i == marked ? "  <- suggested" : "");
+  }
 }
 
 void inspect_metrics(const fs::path& path) {
@@ -72,6 +111,10 @@ void inspect_metrics(const fs::path& path) {
     if (file.has(std::string("train/") + phase)) std::printf(" %s %.4f", phase, mean(series(phase), from));
   }
   std::printf("\n  memory      host peak RSS %.1f MB (rank 0)\n", series("host_peak_rss_bytes").back() / 1e6);
+  // The run's configuration (an attribute the trainer writes) says whether it was a range test.
+  if (file.attribute("config").find("type = \"lr_range_test\"") != std::string::npos) {
+    print_lr_range_test(series("lr"), loss);
+  }
   if (file.has("ranks/step_time_s")) {
     const auto per_rank = file.read_double("ranks/step_time_s");
     const size_t rows = per_rank.shape[0], world = per_rank.shape[1];

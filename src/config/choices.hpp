@@ -11,7 +11,7 @@ namespace superoffload::config {
 enum class InitMode { automatic, pretrained, random };
 enum class DataFormat { automatic, hdf5, jsonl, alpaca };
 enum class OptimizerType { adamw, adam };
-enum class LrScheduleType { constant, cosine, linear };
+enum class LrScheduleType { constant, cosine, linear, lr_range_test };
 enum class WarmupType { linear, log };
 enum class OffloadDevice { cpu, nvme, none };
 enum class StateDtype { fp32, bf16 };
@@ -45,7 +45,7 @@ SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::h
                      {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"})
 SUPEROFFLOAD_CHOICES(OptimizerType, {OptimizerType::adamw, "adamw"}, {OptimizerType::adam, "adam"})
 SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {LrScheduleType::cosine, "cosine"},
-                     {LrScheduleType::linear, "linear"})
+                     {LrScheduleType::linear, "linear"}, {LrScheduleType::lr_range_test, "lr_range_test"})
 SUPEROFFLOAD_CHOICES(WarmupType, {WarmupType::linear, "linear"}, {WarmupType::log, "log"})
 SUPEROFFLOAD_CHOICES(OffloadDevice, {OffloadDevice::cpu, "cpu"}, {OffloadDevice::nvme, "nvme"}, {OffloadDevice::none, "none"})
 SUPEROFFLOAD_CHOICES(StateDtype, {StateDtype::fp32, "fp32"}, {StateDtype::bf16, "bf16"})

@@ -64,6 +64,12 @@ struct LrScheduleConfig {
   WarmupType warmup_type = WarmupType::linear;
   double warmup_min_lr = 0.0;
   double min_lr = 0.0;
+  // type = "lr_range_test" (DeepSpeed's LRRangeTest): lr = lr_range_test_min_lr × (1 +
+  // step_rate × step / step_size), with step / step_size rounded down when staircase.
+  double lr_range_test_min_lr = 1e-3;
+  std::int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
 };
 
 struct ZeroConfig {

@@ -186,9 +186,18 @@ void import_scheduler(const json& scheduler, Importer& in) {
     in.map(json("linear"), "scheduler.type", "lr_schedule", "type");
   } else if (type == "WarmupCosineLR") {
     in.map(json("cosine"), "scheduler.type", "lr_schedule", "type");
+  } else if (type == "LRRangeTest") {
+    in.map(json("lr_range_test"), "scheduler.type", "lr_schedule", "type");
+    in.map_or_default(params, p, "lr_range_test_min_lr", "lr_schedule", "lr_range_test_min_lr", 1e-3, why);
+    in.map_or_default(params, p, "lr_range_test_step_size", "lr_schedule", "lr_range_test_step_size", 2000, why);
+    in.map_or_default(params, p, "lr_range_test_step_rate", "lr_schedule", "lr_range_test_step_rate", 1.0, why);
+    in.map_or_default(params, p, "lr_range_test_staircase", "lr_schedule", "lr_range_test_staircase", false, why);
+    in.ds_default(json(0), p + "(no warm-up)", "lr_schedule", "warmup_num_steps", "LRRangeTest has no warm-up");
+    if (params.contains("last_batch_iteration")) in.consume(p + "last_batch_iteration");
+    return;
   } else {
     in.problem("scheduler.type", "scheduler \"" + type +
-                                     "\" is not supported; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+                                     "\" is not supported; use WarmupLR, WarmupDecayLR, WarmupCosineLR or LRRangeTest");
     return;
   }
   in.map_or_default(params, p, "warmup_num_steps", "lr_schedule", "warmup_num_steps", 1000, why);

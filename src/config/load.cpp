@@ -236,7 +236,14 @@ class Loader {
       problems_.push_back("[training] max_steps and epochs are both 0 (" + origin_of(c, "training.max_steps") + ", " +
                           origin_of(c, "training.epochs") + ") — set one of them");
     }
-    if (c.config.lr_schedule.min_lr > c.config.optimizer.lr) {
+    if (c.config.lr_schedule.type == LrScheduleType::lr_range_test && c.config.lr_schedule.warmup_num_steps > 0) {
+      problems_.push_back("[lr_schedule] type = \"lr_range_test\" (" + origin_of(c, "lr_schedule.type") +
+                          ") has no warm-up, but warmup_num_steps = " +
+                          std::to_string(c.config.lr_schedule.warmup_num_steps) + " (" +
+                          origin_of(c, "lr_schedule.warmup_num_steps") + ") — set warmup_num_steps = 0");
+    }
+    if (c.config.lr_schedule.type != LrScheduleType::lr_range_test &&
+        c.config.lr_schedule.min_lr > c.config.optimizer.lr) {
       problems_.push_back("[lr_schedule] min_lr = " + std::to_string(c.config.lr_schedule.min_lr) + " (" +
                           origin_of(c, "lr_schedule.min_lr") + ") is above [optimizer] lr = " +
                           std::to_string(c.config.optimizer.lr) + " (" + origin_of(c, "optimizer.lr") + ")");

@@ -137,12 +137,24 @@ std::vector<Section> build_schema() {
   {
     SectionBuilder<LrScheduleConfig> b(s, "lr_schedule", "Learning-rate schedule.", &Config::lr_schedule);
     b.add("type", &LrScheduleConfig::type,
-          "\"constant\", \"cosine\" or \"linear\" decay to min_lr after the warm-up.");
+          "\"constant\", \"cosine\" or \"linear\" decay to min_lr after the warm-up; \"lr_range_test\": "
+          "DeepSpeed's LRRangeTest (lr_range_test_* keys; [optimizer] lr and the warm-up unused).");
     b.add("warmup_num_steps", &LrScheduleConfig::warmup_num_steps, "Steps of learning-rate warm-up.").at_least(0);
     b.add("warmup_type", &LrScheduleConfig::warmup_type, "Warm-up curve, \"linear\" or \"log\" (DeepSpeed WarmupLR).");
     b.add("warmup_min_lr", &LrScheduleConfig::warmup_min_lr, "Learning rate at the start of the warm-up.")
         .at_least(0);
     b.add("min_lr", &LrScheduleConfig::min_lr, "Learning rate at the end of the decay.").at_least(0);
+    b.add("lr_range_test_min_lr", &LrScheduleConfig::lr_range_test_min_lr,
+          "lr_range_test: the learning rate of the first step.")
+        .above(0);
+    b.add("lr_range_test_step_size", &LrScheduleConfig::lr_range_test_step_size,
+          "lr_range_test: steps per unit of increase: lr = min_lr × (1 + step_rate × step / step_size).")
+        .at_least(1);
+    b.add("lr_range_test_step_rate", &LrScheduleConfig::lr_range_test_step_rate,
+          "lr_range_test: increase per step_size steps, in units of lr_range_test_min_lr.")
+        .above(0);
+    b.add("lr_range_test_staircase", &LrScheduleConfig::lr_range_test_staircase,
+          "lr_range_test: raise the learning rate every step_size steps instead of every step.");
   }
   {
     SectionBuilder<ZeroConfig> b(s, "zero", "ZeRO partitioning (DeepSpeed zero_optimization names).", &Config::zero);

@@ -10,6 +10,12 @@ LrSchedule::LrSchedule(const config::LrScheduleConfig& schedule, double peak_lr,
     : s_(schedule), peak_(peak_lr), total_(std::max<int64_t>(1, total_steps)) {}
 
 double LrSchedule::at(int64_t step) const {
+  if (s_.type == config::LrScheduleType::lr_range_test) {
+    // DeepSpeed's LRRangeTest: step k (0-based) runs at min_lr × (1 + rate × k / size).
+    const double interval = static_cast<double>(step) / static_cast<double>(s_.lr_range_test_step_size);
+    return s_.lr_range_test_min_lr *
+           (1 + s_.lr_range_test_step_rate * (s_.lr_range_test_staircase ? std::floor(interval) : interval));
+  }
   const int64_t warmup = s_.warmup_num_steps;
   if (step < warmup) {
     // DeepSpeed WarmupLR: linear in step, or log(step + 1) / log(warmup + 1).

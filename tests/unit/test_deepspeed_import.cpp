@@ -174,6 +174,25 @@ TEST(DeepSpeedImport, AbsentKeysTakeDeepSpeedsDefaults) {
   std::filesystem::remove(path);
 }
 
+TEST(DeepSpeedImport, LrRangeTestImportsWithDeepSpeedsNames) {
+  auto path = write_temp("range.json", R"({"train_batch_size": 4, "scheduler": {"type": "LRRangeTest",
+    "params": {"lr_range_test_min_lr": 1e-5, "lr_range_test_step_size": 10, "lr_range_test_staircase": true}}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  const auto& s = loaded.config.lr_schedule;
+  EXPECT_EQ(s.type, superoffload::config::LrScheduleType::lr_range_test);
+  EXPECT_DOUBLE_EQ(s.lr_range_test_min_lr, 1e-5);
+  EXPECT_EQ(s.lr_range_test_step_size, 10);
+  EXPECT_DOUBLE_EQ(s.lr_range_test_step_rate, 1.0);  // DeepSpeed's default
+  EXPECT_TRUE(s.lr_range_test_staircase);
+  EXPECT_EQ(s.warmup_num_steps, 0);
+  std::filesystem::remove(path);
+  // A warm-up with a range test is a contradiction, named.
+  const auto message = error_of(ConfigSources{
+      std::nullopt, std::nullopt, {"model.path=/m", "data.path=/d", "lr_schedule.type=lr_range_test",
+                                   "lr_schedule.warmup_num_steps=10"}});
+  EXPECT_NE(message.find("has no warm-up"), std::string::npos) << message;
+}
+
 TEST(DeepSpeedImport, AdamWithoutDecoupledDecayIsAdam) {
   auto path = write_temp("adam.json", R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
   auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);

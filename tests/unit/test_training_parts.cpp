@@ -8,6 +8,7 @@
 
 #include "data/sampler.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/lr_suggestion.hpp"
 #include "train/step_log.hpp"
 #include "train/throughput.hpp"
 
@@ -57,6 +58,42 @@ TEST(LrSchedule, WarmupThenDecay) {
   EXPECT_NEAR(t::LrSchedule(s, 1e-3, 110).at(60), 1e-4 + 0.9e-3 * 0.5, 1e-15);
   s.type = superoffload::config::LrScheduleType::constant;
   EXPECT_DOUBLE_EQ(t::LrSchedule(s, 1e-3, 110).at(100), 1e-3);
+}
+
+// DeepSpeed's LRRangeTest: min_lr · (1 + rate · k / size), k the 0-based step; staircase
+// rounds k / size down. The optimizer's lr plays no part.
+TEST(LrSchedule, RangeTestFollowsDeepSpeed) {
+  superoffload::config::LrScheduleConfig s;
+  s.type = superoffload::config::LrScheduleType::lr_range_test;
+  s.lr_range_test_min_lr = 1e-4;
+  s.lr_range_test_step_size = 4;
+  s.lr_range_test_step_rate = 2.0;
+  const t::LrSchedule continuous(s, 123.0, 100);
+  EXPECT_DOUBLE_EQ(continuous.at(0), 1e-4);
+  EXPECT_DOUBLE_EQ(continuous.at(2), 1e-4 * (1 + 2.0 * 0.5));
+  EXPECT_DOUBLE_EQ(continuous.at(10), 1e-4 * (1 + 2.0 * 2.5));
+  s.lr_range_test_staircase = true;
+  const t::LrSchedule staircase(s, 123.0, 100);
+  EXPECT_DOUBLE_EQ(staircase.at(3), 1e-4);
+  EXPECT_DOUBLE_EQ(staircase.at(4), 1e-4 * 3);
+  EXPECT_DOUBLE_EQ(staircase.at(10), 1e-4 * 5);
+}
+
+// The suggestion: the steepest fall of the smoothed loss against log(lr), before divergence.
+TEST(LrSuggestion, SteepestFallBeforeDivergence) {
+  std::vector<double> lr, loss;
+  for (int k = 0; k < 60; ++k) {
+    lr.push_back(1e-5 * std::pow(10.0, k / 15.0));  // 1e-5 .. ~1e-1, log-spaced
+    const double x = std::log10(lr.back());          // -5 .. -1.07
+    // Flat, a steep fall centred at lr 1e-3, flat again, then divergence past 3e-2.
+    loss.push_back(x < -1.5 ? 3.0 - std::tanh(3 * (x + 3)) : 50.0);
+  }
+  const auto s = t::suggest_lr(lr, loss);
+  ASSERT_TRUE(s.found);
+  EXPECT_NEAR(std::log10(s.steepest_lr), -3.0, 0.15);
+  EXPECT_LT(s.used_steps, 60u) << "the diverged steps are left out";
+  EXPECT_LT(s.min_loss_lr, 3.2e-2);
+  EXPECT_FALSE(t::suggest_lr({1e-3, 2e-3, 3e-3}, {1, 1, 1}).found) << "too few steps";
 }
 
 // configs/tiny.toml on 2 ranks: the tiny Llama (9,641,856 parameters, 6 layers, hidden 384),
