@@ -110,6 +110,11 @@ struct MetricsConfig {
   bool enabled = true;
   std::int64_t flush_every_steps = 10;
   bool wall_clock_breakdown = false;
+  // DeepSpeed's monitors, written by rank 0 into <output_path or output_dir>/<job_name>/.
+  bool tensorboard = false;
+  bool csv = false;
+  std::string output_path;
+  std::string job_name = "superoffload";
 };
 
 struct LoggingConfig {

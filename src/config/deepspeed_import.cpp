@@ -106,6 +106,7 @@ class Importer {
                              /*is_auto=*/false, value.get<double>()});
   }
   void note(const std::string& text) { out_.notes.push_back(file_ + ": " + text); }
+  void warn(const std::string& text) { out_.warnings.push_back(file_ + ": " + text); }
 
   void problem(const std::string& json_path, const std::string& text) {
     consumed_.insert(json_path);
@@ -249,6 +250,32 @@ void import_zero(const json& zero, Importer& in) {
   }
 }
 
+// DeepSpeed's tensorboard and csv_monitor blocks. Both monitors share one folder here
+// (output_path/job_name); where the two blocks name different ones, tensorboard's wins, with
+// a warning.
+void import_monitors(const json& root, Importer& in) {
+  const json* tensorboard = block(root, "tensorboard", "tensorboard", in);
+  const json* csv = block(root, "csv_monitor", "csv_monitor", in);
+  if (tensorboard) {
+    in.map_if(*tensorboard, "tensorboard.", "enabled", "metrics", "tensorboard");
+    in.map_if(*tensorboard, "tensorboard.", "output_path", "metrics", "output_path");
+    in.map_if(*tensorboard, "tensorboard.", "job_name", "metrics", "job_name");
+  }
+  if (csv) {
+    in.map_if(*csv, "csv_monitor.", "enabled", "metrics", "csv");
+    for (const char* key : {"output_path", "job_name"}) {
+      if (!csv->contains(key)) continue;
+      if (tensorboard && tensorboard->contains(key) && tensorboard->at(key) != csv->at(key)) {
+        in.consume(std::string("csv_monitor.") + key);
+        in.warn(std::string("csv_monitor.") + key + " = " + csv->at(key).dump() + " differs from tensorboard." + key +
+                " = " + tensorboard->at(key).dump() + ": both monitors write to tensorboard's");
+      } else {
+        in.map(csv->at(key), std::string("csv_monitor.") + key, "metrics", key);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
@@ -299,6 +326,7 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
       in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
     }
     if (const json* zero = block(root, "zero_optimization", "zero_optimization", in)) import_zero(*zero, in);
+    import_monitors(root, in);
     if (const json* optimizer = block(root, "optimizer", "optimizer", in)) {
       import_optimizer(*optimizer, in);
     } else {

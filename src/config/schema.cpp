@@ -233,6 +233,13 @@ std::vector<Section> build_schema() {
         .at_least(1);
     b.add("wall_clock_breakdown", &MetricsConfig::wall_clock_breakdown,
           "Log the per-phase timers (forward, backward, reduce, optimizer, ...) every step.");
+    b.add("tensorboard", &MetricsConfig::tensorboard,
+          "Also write TensorBoard event files (DeepSpeed's tensorboard monitor: Train/Samples/train_loss, lr, ... "
+          "against samples seen).");
+    b.add("csv", &MetricsConfig::csv, "Also write one CSV per series, as DeepSpeed's csv_monitor does.");
+    b.add("output_path", &MetricsConfig::output_path,
+          "Directory of the TensorBoard and CSV monitors' job folders; empty: [training] output_dir.");
+    b.add("job_name", &MetricsConfig::job_name, "The monitors' folder under output_path (DeepSpeed's job_name).");
   }
   {
     SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);

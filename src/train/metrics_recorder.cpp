@@ -3,13 +3,16 @@
 
 #include <sys/resource.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string_view>
 
 #include "base/error.hpp"
 #include "cluster/check_mpi.hpp"
 #include "cluster/mpi_world.hpp"
+#include "io/csv_monitor.hpp"
 #include "io/metrics_file.hpp"
+#include "io/tensorboard_writer.hpp"
 
 namespace superoffload::train {
 
@@ -83,6 +86,19 @@ const Column kRankColumns[] = {
     {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
 };
 
+// What DeepSpeed's monitors get, under DeepSpeed's tags (its engine writes the first two).
+struct MonitorSeries {
+  const char* tag;
+  double (*value)(const StepRecord&);
+};
+const MonitorSeries kMonitorSeries[] = {
+    {"Train/Samples/train_loss", [](const StepRecord& r) { return r.loss; }},
+    {"Train/Samples/lr", [](const StepRecord& r) { return r.lr; }},
+    {"Train/Samples/grad_norm", [](const StepRecord& r) { return r.grad_norm; }},
+    {"Train/Samples/elapsed_time_ms_step", [](const StepRecord& r) { return 1000 * r.step_time_s; }},
+    {"Train/Samples/tokens_per_s", [](const StepRecord& r) { return r.throughput.tokens_per_s; }},
+};
+
 // The sum over ranks of a /ranks column (rank-major `gathered`, `columns` per rank).
 int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
   int column = 0;
@@ -112,12 +128,31 @@ MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::Mp
         (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
         world_.size(), keep_through_step, attributes);
   }
+  const auto& m = config_.metrics;
+  if ((m.tensorboard || m.csv) && world_.rank() == 0) {
+    const auto directory = std::filesystem::path(m.output_path.empty() ? config_.training.output_dir : m.output_path) /
+                           m.job_name;
+    if (m.tensorboard) tensorboard_ = std::make_unique<io::TensorBoardWriter>(directory);
+    if (m.csv) csv_ = std::make_unique<io::CsvMonitor>(directory);
+  }
 }
 
 MetricsRecorder::~MetricsRecorder() = default;
 
 void MetricsRecorder::record(const StepRecord& r) {
-  if (!config_.metrics.enabled) return;
+  // The monitors are rank 0's alone (the loss and lr are the same on every rank).
+  if (world_.rank() == 0) {
+    const int64_t samples = r.step * config_.training.train_batch_size;  // DeepSpeed's monitors count samples
+    const double wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& series : kMonitorSeries) {
+      if (tensorboard_) tensorboard_->scalar(series.tag, series.value(r), samples, wall_time);
+      if (csv_) csv_->write(series.tag, series.value(r), samples);
+    }
+  }
+  if (!config_.metrics.enabled) {
+    if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) flush();
+    return;
+  }
   std::vector<double> mine;
   for (const auto& c : kRankColumns) mine.push_back(c.value(r));
   const int columns = static_cast<int>(mine.size());
@@ -141,11 +176,13 @@ void MetricsRecorder::record(const StepRecord& r) {
   std::vector<double> row;
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);
-  if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) file_->flush();
+  if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) flush();
 }
 
 void MetricsRecorder::flush() {
   if (file_) file_->flush();
+  if (tensorboard_) tensorboard_->flush();
+  if (csv_) csv_->flush();
 }
 
 }  // namespace superoffload::train

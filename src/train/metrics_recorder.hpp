@@ -1,6 +1,9 @@
 // Feeds <output_dir>/metrics.h5: every rank's step and phase times are gathered to rank 0,
 // which appends one row per step (see io/metrics_file.hpp) and flushes every
-// [metrics] flush_every_steps steps so readers see the run as it goes.
+// [metrics] flush_every_steps steps so readers see the run as it goes. With [metrics]
+// tensorboard or csv, rank 0 also feeds DeepSpeed's monitors the same values under DeepSpeed's
+// tags (Train/Samples/train_loss, Train/Samples/lr, ...), against samples seen as DeepSpeed
+// does.
 #pragma once
 
 #include <map>
@@ -14,6 +17,8 @@
 
 namespace superoffload::io {
 class MetricsFile;
+class TensorBoardWriter;
+class CsvMonitor;
 }
 namespace superoffload::cluster {
 class MpiWorld;
@@ -48,6 +53,8 @@ class MetricsRecorder {
   const config::Config& config_;
   const cluster::MpiWorld& world_;
   std::unique_ptr<io::MetricsFile> file_;  // rank 0
+  std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0, [metrics] tensorboard
+  std::unique_ptr<io::CsvMonitor> csv_;                 // rank 0, [metrics] csv
 };
 
 }  // namespace superoffload::train
