@@ -106,6 +106,13 @@ struct CheckpointConfig {
   bool accept_changed_settings = false;  // resume although data, seq_len, seed, shuffle or precision changed
 };
 
+// One step profiled layer by layer (DeepSpeed's flops_profiler).
+struct ProfileConfig {
+  std::int64_t step = 0;        // the 1-based step to profile; 0: none
+  std::int64_t top_layers = 10;
+  std::string output_file;      // also write the table here
+};
+
 struct MetricsConfig {
   bool enabled = true;
   std::int64_t flush_every_steps = 10;
@@ -144,6 +151,7 @@ struct Config {
   PrecisionConfig precision;
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
+  ProfileConfig profile;
   LoggingConfig logging;
   RuntimeConfig runtime;
 };

@@ -250,6 +250,33 @@ void import_zero(const json& zero, Importer& in) {
   }
 }
 
+// DeepSpeed's flops_profiler: enabled with profile_step (default 1) is [profile] step. Our
+// profile is per layer (the unit ZeRO-3 gathers), so module_depth and detailed have no
+// equivalent: noted, not silently dropped.
+void import_flops_profiler(const json& profiler, Importer& in) {
+  const std::string p = "flops_profiler.";
+  in.consume(p + "enabled");
+  const json enabled = profiler.value("enabled", json(false));
+  if (!enabled.is_boolean()) {
+    in.problem(p + "enabled", "must be true or false, not " + enabled.dump());
+    return;
+  }
+  if (enabled.get<bool>()) {
+    in.map_or_default(profiler, p, "profile_step", "profile", "step", 1,
+                      std::string(kDeepSpeedSemantics) + "'s flops_profiler default");
+  } else {
+    in.consume(p + "profile_step");
+  }
+  in.map_if(profiler, p, "top_modules", "profile", "top_layers");
+  in.map_if(profiler, p, "output_file", "profile", "output_file");
+  for (const char* key : {"module_depth", "detailed"}) {
+    if (!profiler.contains(key)) continue;
+    in.consume(p + key);
+    in.note(p + key + " = " + profiler.at(key).dump() + ": the profile is per layer (gather, forward, recompute, "
+            "backward, reduce, optimizer), not per module");
+  }
+}
+
 // DeepSpeed's tensorboard and csv_monitor blocks. Both monitors share one folder here
 // (output_path/job_name); where the two blocks name different ones, tensorboard's wins, with
 // a warning.
@@ -327,6 +354,7 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
     }
     if (const json* zero = block(root, "zero_optimization", "zero_optimization", in)) import_zero(*zero, in);
     import_monitors(root, in);
+    if (const json* profiler = block(root, "flops_profiler", "flops_profiler", in)) import_flops_profiler(*profiler, in);
     if (const json* optimizer = block(root, "optimizer", "optimizer", in)) {
       import_optimizer(*optimizer, in);
     } else {

@@ -242,6 +242,16 @@ std::vector<Section> build_schema() {
     b.add("job_name", &MetricsConfig::job_name, "The monitors' folder under output_path (DeepSpeed's job_name).");
   }
   {
+    SectionBuilder<ProfileConfig> b(s, "profile",
+                                    "One step profiled per layer and phase (DeepSpeed's flops_profiler).", &Config::profile);
+    b.add("step", &ProfileConfig::step,
+          "Profile this step (1-based): per layer and phase (gather, forward, recompute, backward, reduce, optimizer) "
+          "the time on every rank, the FLOPs and the achieved TFLOPS, into metrics.h5 /profile; 0: never.")
+        .at_least(0);
+    b.add("top_layers", &ProfileConfig::top_layers, "Layers printed, the slowest first.").at_least(1);
+    b.add("output_file", &ProfileConfig::output_file, "Also write the printed table to this file; empty: none.");
+  }
+  {
     SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);
     b.add("level", &LoggingConfig::level, "\"trace\", \"debug\", \"info\", \"warning\" or \"error\" (--log-level).");
     b.add("console", &LoggingConfig::console,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 
 #include "base/error.hpp"
 #include "io/check_hdf5.hpp"
@@ -38,6 +39,24 @@ void create_series(hid_t file, const std::string& name, hsize_t columns) {
                        H5Dclose);
 }
 
+// A float64 dataset of fixed shape, NaN until written.
+void create_fixed(hid_t file, const FixedDataset& d) {
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), nullptr),
+                                      "dataspace of " << d.name),
+                         H5Sclose);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "properties"), H5Pclose);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SO_CHECK_HDF5(H5Pset_fill_value(properties.get(), H5T_NATIVE_DOUBLE, &nan), "fill value of " << d.name);
+  SO_CHECK_HDF5(H5Pset_alloc_time(properties.get(), H5D_ALLOC_TIME_EARLY), "allocation of " << d.name);
+  const Hdf5Handle links(SO_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "link properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_create_intermediate_group(links.get(), 1), "groups of " << d.name);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file, d.name.c_str(), H5T_NATIVE_DOUBLE, space.get(), links.get(),
+                                                properties.get(), H5P_DEFAULT),
+                                     "creating " << d.name),
+                       H5Dclose);
+  for (const auto& [name, value] : d.attributes) write_string_attribute(set.get(), name, value);
+}
+
 void append_row(hid_t set, hsize_t row, const double* values, hsize_t columns) {
   const int rank = columns == 0 ? 1 : 2;
   const hsize_t extent[2] = {row + 1, columns}, start[2] = {row, 0}, count[2] = {1, std::max<hsize_t>(columns, 1)};
@@ -52,8 +71,12 @@ void append_row(hid_t set, hsize_t row, const double* values, hsize_t columns) {
 
 MetricsFile::MetricsFile(const std::string& path, std::vector<std::string> train_columns,
                          std::vector<std::string> rank_columns, int world_size, int64_t keep_through_step,
-                         const std::map<std::string, std::string>& attributes)
-    : path_(path), train_columns_(std::move(train_columns)), rank_columns_(std::move(rank_columns)), world_(world_size) {
+                         const std::map<std::string, std::string>& attributes, std::vector<FixedDataset> fixed)
+    : path_(path),
+      train_columns_(std::move(train_columns)),
+      rank_columns_(std::move(rank_columns)),
+      fixed_(std::move(fixed)),
+      world_(world_size) {
   SO_CHECK(!train_columns_.empty() && train_columns_[0] == "step", "metrics: the first column must be \"step\"");
   if (!fs::exists(path_) || !reopen(keep_through_step, attributes)) create(attributes);
   // From here on only rows are added: readers may follow the file.
@@ -76,7 +99,18 @@ void MetricsFile::create(const std::map<std::string, std::string>& attributes) {
   for (const auto& column : train_columns_) create_series(file_.get(), "train/" + column, 0);
   for (const auto& column : rank_columns_) create_series(file_.get(), "ranks/" + column, static_cast<hsize_t>(world_));
   for (const auto& [name, value] : attributes) write_string_attribute(file_.get(), name, value);
+  for (const auto& d : fixed_) create_fixed(file_.get(), d);
   rows_ = 0;
+}
+
+void MetricsFile::write_fixed(const std::string& name, const std::vector<double>& values) {
+  const auto d = std::find_if(fixed_.begin(), fixed_.end(), [&](const FixedDataset& f) { return f.name == name; });
+  SO_CHECK(d != fixed_.end(), "metrics: no fixed dataset " << name);
+  hsize_t count = 1;
+  for (hsize_t n : d->dims) count *= n;
+  SO_CHECK(values.size() == count, "metrics: " << name << " takes " << count << " values, not " << values.size());
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), name), H5Dclose);
+  SO_CHECK_HDF5(H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "writing " << name);
 }
 
 namespace {

@@ -2,7 +2,9 @@
 // quantity under /train (a row per step), per-rank timings under /ranks ([steps, world], for
 // stragglers), the configuration and environment as attributes. The file is in SWMR mode,
 // so h5py can read it during the run (h5py.File(path, "r", swmr=True), dataset.refresh()).
-// A resumed run drops the rows past its checkpoint and appends.
+// A resumed run drops the rows past its checkpoint and appends. Datasets of a fixed shape
+// (the one-step profile) are created up front, NaN until written: SWMR allows no new objects
+// once readers may follow the file.
 #pragma once
 
 #include <hdf5.h>
@@ -16,13 +18,21 @@
 
 namespace superoffload::io {
 
+// A dataset of fixed shape, created with the file and written once (write_fixed).
+struct FixedDataset {
+  std::string name;                             // e.g. "profile/seconds"
+  std::vector<hsize_t> dims;
+  std::map<std::string, std::string> attributes;  // string attributes of the dataset
+};
+
 class MetricsFile {
  public:
   // `train_columns` name the /train datasets (the first must be "step"); `rank_columns` the
   // /ranks ones. Rows whose step is greater than `keep_through_step` are dropped from an
   // existing file with the same columns; a file with other columns is renamed aside.
   MetricsFile(const std::string& path, std::vector<std::string> train_columns, std::vector<std::string> rank_columns,
-              int world_size, int64_t keep_through_step, const std::map<std::string, std::string>& attributes);
+              int world_size, int64_t keep_through_step, const std::map<std::string, std::string>& attributes,
+              std::vector<FixedDataset> fixed = {});
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
@@ -30,6 +40,8 @@ class MetricsFile {
   // One step: a value per train column, and world_size values per rank column (rank order,
   // column by column).
   void append(const std::vector<double>& train_row, const std::vector<double>& rank_values);
+  // Writes a whole fixed dataset (values in row-major order of its dims).
+  void write_fixed(const std::string& name, const std::vector<double>& values);
   // Makes the appended rows visible to SWMR readers.
   void flush();
   int64_t rows() const { return rows_; }
@@ -40,6 +52,7 @@ class MetricsFile {
   void open_datasets();
   std::string path_;
   std::vector<std::string> train_columns_, rank_columns_;
+  std::vector<FixedDataset> fixed_;
   int world_;
   int64_t rows_ = 0;
   Hdf5Handle file_;

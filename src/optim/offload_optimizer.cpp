@@ -80,6 +80,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   auto& layers = engine_.layers();
   bf16_ = !layers.empty() && layers[0].compute_dtype() == at::kBFloat16;
   groups_of_layer_.resize(layers.size());
+  layer_s_.assign(layers.size(), 0.0);
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& layout = layers[l].layout();
     const auto pieces = layout.pieces(rank);
@@ -254,6 +255,7 @@ void OffloadOptimizer::begin_step(double lr) {
   wait_for_worker();
   lr_ = lr;
   times_ = {};
+  layer_s_.assign(engine_.layers().size(), 0.0);
   backward_end_ = 0;
   for (auto& g : groups_) {
     g.speculated = false;
@@ -423,10 +425,12 @@ void OffloadOptimizer::prefetch(const std::vector<size_t>& upcoming) const {
 }
 
 void OffloadOptimizer::step_cpu(SubGroup& g, AdamWPass pass, float grad_scale, const std::vector<size_t>& upcoming) {
+  const double start = now_s();
   const auto state = acquire_state(g);
   prefetch(upcoming);  // after the acquire, so that it cannot take this sub-group's buffer
   run_pass(g, state, pass, grad_scale);
   release_state(g, /*dirty=*/true);
+  layer_s_[g.layer] += now_s() - start;
 }
 
 void OffloadOptimizer::run_pass(SubGroup& g, const StateTensors& state, AdamWPass pass, float grad_scale) {
@@ -458,6 +462,7 @@ void OffloadOptimizer::run_pass(SubGroup& g, const StateTensors& state, AdamWPas
 }
 
 void OffloadOptimizer::step_device(SubGroup& g, double grad_scale) {
+  ScopedTime timed(layer_s_[g.layer]);
   torch::NoGradGuard no_grad;
   ++g.steps;
   auto grad = engine_.layers()[g.layer].grad_shard().narrow(0, g.begin, g.end - g.begin);

@@ -80,6 +80,7 @@ class OffloadOptimizer final : public Optimizer {
   // skips, steps the device share, uploads. Collective over the engine's ranks.
   StepOutcome finish_step() override;
   const OptimizerTimes& times() const override { return times_; }
+  std::vector<double> layer_seconds() const override { return layer_s_; }
   // Host fp32 copies (CPU sub-groups are not copied when the layer is one sub-group); import
   // also sets the device shard.
   ShardState export_layer(size_t layer) const override;
@@ -153,6 +154,7 @@ class OffloadOptimizer final : public Optimizer {
   bool master_is_shard_ = false;
   double lr_ = 0;
   OptimizerTimes times_;
+  std::vector<double> layer_s_;  // this step's, per layer (the worker's part written before wait_for_worker returns)
   bool bf16_ = false;
   bool shares_engine_memory_ = false;  // CPU run: gradients and weights are the engine's tensors
 

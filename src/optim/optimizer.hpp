@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "optim/shard_state.hpp"
 #include "optim/step_outcome.hpp"
@@ -45,6 +46,9 @@ class Optimizer {
   // Collective over the engine's ranks (the gradient norm is all-reduced).
   virtual StepOutcome finish_step() = 0;
   virtual const OptimizerTimes& times() const = 0;
+  // Seconds the last step spent on each layer's state (host clock: on a GPU, the device
+  // share's kernels are timed as launched); empty when the optimizer does not know.
+  virtual std::vector<double> layer_seconds() const { return {}; }
 
   // One layer's state as host fp32 tensors (checkpoints); import also sets the engine's
   // shard from the master weights. Call between steps.

@@ -69,7 +69,9 @@ StepOutcome ShardedAdamW::finish_step() {
   }
   torch::NoGradGuard no_grad;
   ++steps_;
+  layer_s_.assign(layers.size(), 0.0);
   for (size_t i = 0; i < layers.size(); ++i) {
+    base::ScopedTime layer_time(layer_s_[i]);
     const auto& grad = layers[i].grad_shard();
     auto step = at::full({}, static_cast<double>(steps_), master_[i].options());
     for (const auto* pieces : {&decayed_[i], &plain_[i]}) {

@@ -23,6 +23,7 @@ class ShardedAdamW final : public Optimizer {
   void gradient_ready(size_t /*layer*/) override {}  // everything happens after backward
   StepOutcome finish_step() override;
   const OptimizerTimes& times() const override { return times_; }
+  std::vector<double> layer_seconds() const override { return layer_s_; }
   ShardState export_layer(size_t layer) const override;
   void import_layer(size_t layer, const ShardState& state) override;
   std::string describe() const override;
@@ -40,6 +41,7 @@ class ShardedAdamW final : public Optimizer {
   int64_t steps_ = 0;
   double lr_ = 0;
   OptimizerTimes times_;
+  std::vector<double> layer_s_;  // the last step's, per layer
 };
 
 }  // namespace superoffload::optim

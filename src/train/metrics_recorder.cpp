@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <filesystem>
+
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "base/error.hpp"
@@ -121,12 +123,28 @@ std::vector<std::string> names(const Column (&columns)[N]) {
 }  // namespace
 
 MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
-                                 const std::map<std::string, std::string>& attributes)
+                                 const std::map<std::string, std::string>& attributes,
+                                 const std::vector<std::string>& layers)
     : config_(config), world_(world) {
   if (config_.metrics.enabled && world_.rank() == 0) {
+    // The profile's datasets exist from the start (SWMR creates nothing later), NaN until its step.
+    std::vector<io::FixedDataset> fixed;
+    if (config_.profile.step > keep_through_step) {
+      nlohmann::json names_json = layers;
+      std::string columns;
+      for (const char* c : kProfileColumnNames) columns += (columns.empty() ? "" : ",") + std::string(c);
+      const auto n = static_cast<hsize_t>(layers.size());
+      fixed.push_back({"profile/seconds", {static_cast<hsize_t>(world_.size()), n, kProfileColumns},
+                       {{"dims", "rank, layer, phase"}, {"phases", columns}, {"layers", names_json.dump()},
+                        {"step", std::to_string(config_.profile.step)}}});
+      for (const char* name : {"profile/parameters", "profile/model_flops", "profile/executed_flops",
+                               "profile/achieved_tflops"}) {
+        fixed.push_back({name, {n}, {{"layers", names_json.dump()}}});
+      }
+    }
     file_ = std::make_unique<io::MetricsFile>(
         (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
-        world_.size(), keep_through_step, attributes);
+        world_.size(), keep_through_step, attributes, std::move(fixed));
   }
   const auto& m = config_.metrics;
   if ((m.tensorboard || m.csv) && world_.rank() == 0) {
@@ -177,6 +195,18 @@ void MetricsRecorder::record(const StepRecord& r) {
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);
   if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) flush();
+}
+
+void MetricsRecorder::record_profile(const LayerProfile& p) {
+  if (!file_) return;
+  file_->write_fixed("profile/seconds", p.seconds);
+  file_->write_fixed("profile/parameters", p.parameters);
+  file_->write_fixed("profile/model_flops", p.model_flops);
+  file_->write_fixed("profile/executed_flops", p.executed_flops);
+  std::vector<double> tflops;
+  for (size_t l = 0; l < p.layers.size(); ++l) tflops.push_back(p.achieved_tflops(l));
+  file_->write_fixed("profile/achieved_tflops", tflops);
+  file_->flush();
 }
 
 void MetricsRecorder::flush() {

@@ -12,6 +12,7 @@
 
 #include "config/config.hpp"
 #include "optim/step_outcome.hpp"
+#include "train/layer_profile.hpp"
 #include "train/throughput.hpp"
 #include "zero/engine_stats.hpp"
 
@@ -39,12 +40,15 @@ struct StepRecord {
 
 class MetricsRecorder {
  public:
-  // Collective. `keep_through_step`: the step a resumed run starts from.
+  // Collective. `keep_through_step`: the step a resumed run starts from. `layers`: the
+  // model's layer names (the /profile datasets of [profile] step).
   MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
-                  const std::map<std::string, std::string>& attributes);
+                  const std::map<std::string, std::string>& attributes, const std::vector<std::string>& layers);
   ~MetricsRecorder();
   // Collective (a gather of per-rank times).
   void record(const StepRecord& record);
+  // Rank 0 writes the profile to /profile (the step's rows are recorded as usual).
+  void record_profile(const LayerProfile& profile);
   // Rank 0 writes every row so far to disk: called at each checkpoint, so that a crash never
   // loses the metrics of steps a resume will not run again.
   void flush();

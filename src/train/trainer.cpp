@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "base/error.hpp"
 #include "base/logging.hpp"
 #include "base/timer.hpp"
+#include "cluster/check_mpi.hpp"
 #include "cluster/cpu_bf16.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/stop_request.hpp"
@@ -186,6 +189,71 @@ std::map<std::string, std::string> run_attributes(const config::Config& cfg, con
           {"binding", binding}};
 }
 
+// The layers' names in the profile: their Hugging Face modules ("model.layers.3"). The
+// embedding's and the head's prefixes ("model.", "") name no module: they are named by their
+// first and last parameter's ("model.embed_tokens", "lm_head").
+std::vector<std::string> layer_names(std::vector<zero::PartitionedLayer>& layers) {
+  std::vector<std::string> names;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    std::string prefix = layers[l].layer().hf_prefix();
+    if (!prefix.empty() && prefix.back() == '.') prefix.pop_back();
+    const auto& parameters = layers[l].layout().parameters();
+    if (prefix.find('.') != std::string::npos || parameters.empty()) {
+      names.push_back(prefix.empty() ? "layer " + std::to_string(l) : prefix);
+      continue;
+    }
+    const std::string& name = l + 1 == layers.size() ? parameters.back().name : parameters.front().name;
+    names.push_back(name.substr(0, name.rfind('.')));
+  }
+  return names;
+}
+
+// [profile] step: every rank's layer times gathered on rank 0, which writes them to metrics.h5
+// and logs (and, with output_file, writes) the table. Collective.
+void report_layer_profile(const config::Config& cfg, const cluster::MpiWorld& world, zero::ZeroEngine& engine,
+                          const optim::Optimizer& optimizer, const zero::LayerProfiler& profiler,
+                          const model::ModelShape& shape, int64_t step, MetricsRecorder& metrics) {
+  const auto engine_s = profiler.seconds();
+  const auto optimizer_s = optimizer.layer_seconds();
+  const size_t n = engine_s.size();
+  std::vector<double> mine;
+  for (size_t l = 0; l < n; ++l) {
+    for (double s : engine_s[l]) mine.push_back(s);
+    mine.push_back(l < optimizer_s.size() ? optimizer_s[l] : 0.0);
+  }
+  LayerProfile profile;
+  profile.step = step;
+  profile.world = world.size();
+  profile.seconds.resize(mine.size() * static_cast<size_t>(world.size()));
+  SO_CHECK_MPI(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, profile.seconds.data(),
+                          static_cast<int>(mine.size()), MPI_DOUBLE, 0, world.world()));
+  if (world.rank() != 0) return;
+  ProfileShape model;
+  profile.layers = layer_names(engine.layers());
+  for (auto& layer : engine.layers()) {
+    double parameters = 0;
+    for (const auto& p : layer.layout().parameters()) parameters += static_cast<double>(p.numel);
+    model.parameters.push_back(parameters);
+  }
+  model.active_parameters = static_cast<double>(shape.active_parameters);
+  model.blocks = shape.num_layers;
+  model.hidden = shape.hidden_size;
+  model.seq_len = cfg.data.seq_len;
+  model.activation_checkpointing = cfg.training.activation_checkpointing;
+  model.tokens_per_rank = static_cast<double>(cfg.training.train_micro_batch_size_per_gpu *
+                                              cfg.training.gradient_accumulation_steps * cfg.data.seq_len);
+  count_layer_flops(model, profile);
+  metrics.record_profile(profile);
+  const auto table = format_layer_profile(profile, static_cast<size_t>(cfg.profile.top_layers));
+  SO_LOG(info) << table;
+  if (!cfg.profile.output_file.empty()) {
+    std::ofstream out(cfg.profile.output_file);
+    out << table;
+    out.close();
+    SO_CHECK(out, "cannot write the profile to " << cfg.profile.output_file << " ([profile] output_file)");
+  }
+}
+
 // This rank's micro-batches of the next step, on the host.
 std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, const data::TokenDataset& dataset,
                                            int64_t seq) {
@@ -275,7 +343,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   SO_CHECK(position.step <= total_steps, "the checkpoint is at step " << position.step << ", past the "
                                                                      << total_steps << " steps of this run"
                                                                      << hint("raise [training] max_steps to train further"));
-  MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table));
+  MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table),
+                          layer_names(engine.layers()));
 
   // ---- The loop.
   TrainSummary summary;
@@ -293,8 +362,18 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     watchdog.progress(step_name + "data");
     const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len);
     const double lr = schedule.at(step);
+    std::optional<zero::LayerProfiler> profiler;  // [profile] step
+    if (cfg.profile.step == step + 1) {
+      profiler.emplace(engine.device(), engine.layers().size());
+      engine.set_profiler(&*profiler);
+    }
     const auto result = run_step(engine, *optimizer, batches, lr,
                                  {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
+    if (profiler) {
+      engine.set_profiler(nullptr);
+      watchdog.progress(step_name + "profile");
+      report_layer_profile(cfg, world, engine, *optimizer, *profiler, shape, step + 1, metrics);
+    }
     skips.count(result.outcome, result.loss, step + 1);
     const double step_s = now_s() - step_start;
     summary.losses.push_back(result.loss);

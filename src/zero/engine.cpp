@@ -123,14 +123,23 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   std::vector<at::Tensor> inputs(n), outputs(n);
   std::vector<std::vector<at::Tensor>> layer_aux(n);  // MoE losses per layer, with their graphs
   at::Tensor x = tokens;
-  gather(0);
+  using P = ProfilePhase;
+  auto profile = [this](size_t layer, ProfilePhase phase) { return ProfileScope(profiler_, layer, phase); };
+  {
+    const auto profiled = profile(0, P::gather);
+    gather(0);
+  }
   memory_.activation_bytes = 0;
   for (size_t i = 0; i < head; ++i) {
-    gather(i);
+    {
+      const auto profiled = profile(i, P::gather);
+      gather(i);
+    }
     prefetch(i + 1);
     inputs[i] = i == 0 ? x : x.detach();
     context.aux_losses = &layer_aux[i];
     ScopedTime timed(times_.forward_s);
+    const auto profiled = profile(i, P::forward);
     if (options_.activation_checkpointing) {
       torch::NoGradGuard no_grad;
       x = layers_[i].layer().forward(inputs[i], context);
@@ -148,19 +157,24 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   }
 
   // ---- Head: loss and its backward, chunk by chunk.
-  gather(head);
+  {
+    const auto profiled = profile(head, P::gather);
+    gather(head);
+  }
   if (head >= 1) prefetch(head - 1);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
   model::LossSum loss;
   at::Tensor grad;
   {
     ScopedTime timed(times_.forward_s);  // the head's forward and backward, fused chunk by chunk
+    const auto profiled = profile(head, P::forward);
     std::tie(loss, grad) = head_layer->loss_and_backward(x.detach(), labels, options_.loss_chunk_tokens, loss_scale, context);
   }
   result.loss_sum = loss.sum.item<double>();
   result.tokens = loss.tokens;
   {
     ScopedTime timed(times_.reduce_s);
+    const auto profiled = profile(head, P::reduce);
     times_.reduce_wait_s += layers_[head].reduce_gradients();
   }
   if (last_micro_batch && gradient_ready_) gradient_ready_(head);
@@ -168,11 +182,15 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
 
   // ---- Backward through the blocks and the embedding, in reverse.
   for (size_t i = head; i-- > 0;) {
-    gather(i);
+    {
+      const auto profiled = profile(i, P::gather);
+      gather(i);
+    }
     if (i >= 1) prefetch(i - 1);
     const double backward_start = now_s();
     at::Tensor out;
     if (options_.activation_checkpointing) {
+      const auto profiled = profile(i, P::recompute);
       if (i > 0) inputs[i] = inputs[i].detach().requires_grad_(true);
       context.aux_losses = &layer_aux[i];
       out = layers_[i].layer().forward(inputs[i], context);
@@ -187,12 +205,16 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
       grads.push_back(at::full({}, aux_scale, a.options()));
     }
     layer_aux[i].clear();
-    torch::autograd::backward(roots, grads);
+    {
+      const auto profiled = profile(i, P::backward);
+      torch::autograd::backward(roots, grads);
+    }
     if (i > 0) grad = inputs[i].grad();
     outputs[i] = at::Tensor();
     times_.backward_s += now_s() - backward_start;
     {
       ScopedTime timed(times_.reduce_s);
+      const auto profiled = profile(i, P::reduce);
       times_.reduce_wait_s += layers_[i].reduce_gradients();
     }
     if (last_micro_batch && gradient_ready_) gradient_ready_(i);

@@ -17,6 +17,7 @@
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
 #include "zero/engine_stats.hpp"
+#include "zero/layer_profiler.hpp"
 #include "zero/partitioned_layer.hpp"
 
 namespace superoffload::zero {
@@ -73,6 +74,9 @@ class ZeroEngine {
   using GradientReady = std::function<void(size_t layer)>;
   void on_gradient_ready(GradientReady callback) { gradient_ready_ = std::move(callback); }
 
+  // While set, forward_backward brackets every layer's phases for it ([profile] step); null: off.
+  void set_profiler(LayerProfiler* profiler) { profiler_ = profiler; }
+
  private:
   void gather(size_t i);
   void prefetch(size_t i);
@@ -90,6 +94,7 @@ class ZeroEngine {
   ParameterMemory memory_;
   PhaseTimes times_;
   GradientReady gradient_ready_;
+  LayerProfiler* profiler_ = nullptr;
 };
 
 }  // namespace superoffload::zero

@@ -89,7 +89,7 @@ TEST(DeepSpeedImport, OptimizerSchedulerAndWarnings) {
     return false;
   };
   EXPECT_TRUE(has("zero_optimization.contiguous_gradients")) << "ignored keys are warned about";
-  EXPECT_TRUE(has("flops_profiler.enabled"));
+  EXPECT_EQ(c.profile.step, 0) << "flops_profiler disabled: no profile";
   EXPECT_TRUE(has("scheduler.params.total_num_steps"));
 }
 
@@ -191,6 +191,23 @@ TEST(DeepSpeedImport, LrRangeTestImportsWithDeepSpeedsNames) {
       std::nullopt, std::nullopt, {"model.path=/m", "data.path=/d", "lr_schedule.type=lr_range_test",
                                    "lr_schedule.warmup_num_steps=10"}});
   EXPECT_NE(message.find("has no warm-up"), std::string::npos) << message;
+}
+
+TEST(DeepSpeedImport, FlopsProfilerImportsAsTheProfile) {
+  auto path = write_temp("profiler.json", R"({"train_batch_size": 4, "flops_profiler": {"enabled": true,
+    "profile_step": 3, "module_depth": -1, "top_modules": 5, "detailed": true, "output_file": "/tmp/p.txt"}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.profile.step, 3);
+  EXPECT_EQ(loaded.config.profile.top_layers, 5);
+  EXPECT_EQ(loaded.config.profile.output_file, "/tmp/p.txt");
+  bool noted = false;
+  for (const auto& n : loaded.notes) noted |= n.find("flops_profiler.module_depth = -1: the profile is per layer") != std::string::npos;
+  EXPECT_TRUE(noted);
+  for (const auto& w : loaded.warnings) EXPECT_EQ(w.find("flops_profiler"), std::string::npos) << w;
+  std::filesystem::remove(path);
+  path = write_temp("profiler_default.json", R"({"train_batch_size": 4, "flops_profiler": {"enabled": true}})");
+  EXPECT_EQ(so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1).config.profile.step, 1);
+  std::filesystem::remove(path);
 }
 
 TEST(DeepSpeedImport, AdamWithoutDecoupledDecayIsAdam) {
