@@ -3,14 +3,22 @@
 # has one row per layer with every phase timed on both ranks; the layers' model FLOPs add up to
 # the step's (metrics' model TFLOPS × step time); the table is logged and written to
 # output_file; the losses equal, bit for bit, those of the same run without the profile.
+# With SO_PROFILE_DEVICE=cuda (the gpu test gpu_profile): one rank on the GPU, where the
+# phases are timed with CUDA events; skipped where no GPU is visible.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
+device=${SO_PROFILE_DEVICE:-cpu} ranks=2
+if [[ $device == cuda ]]; then
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || { echo "SKIPPED: no GPU visible (nvidia-smi -L lists none)"; exit 0; }
+  ranks=1
+fi
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 30000 > /dev/null || fail "demo corpus"
 train() {  # train OUTPUT_DIR [args...]
   local output=$1
   shift
-  "$MPIEXEC" -np 2 --oversubscribe "$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" \
+  "$MPIEXEC" -np "$ranks" --oversubscribe "$SO_BIN" train configs/tiny.toml --set runtime.device="$device" \
+    --set data.path="$tmp/corpus.jsonl" \
     --set data.seq_len=32 --set training.train_micro_batch_size_per_gpu=2 --set training.gradient_accumulation_steps=2 \
     --set training.max_steps=4 --set training.output_dir="$output" --set checkpoint.every_steps=0 \
     --set checkpoint.save_on_exit=false "$@"
@@ -19,19 +27,21 @@ train "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the profile: $(t
 train "$tmp/profiled" --set profile.step=3 --set profile.top_layers=3 --set profile.output_file="$tmp/profile.txt" \
   > "$tmp/profiled.log" 2>&1 || fail "profiled run: $(tail -20 "$tmp/profiled.log")"
 log=$(cat "$tmp/profiled.log")
-expect_contains "$log" "profile of step 3 (ms, mean over 2 ranks): the 3 slowest of 8 layers" "the logged table"
+ranks_text=$( ((ranks == 1)) && echo "1 rank" || echo "$ranks ranks")
+expect_contains "$log" "profile of step 3 (ms, mean over $ranks_text): the 3 slowest of 8 layers" "the logged table"
 expect_contains "$log" "all layers" "the table's total"
 [[ $(grep -c "^  model\.\|^  lm_head" "$tmp/profile.txt") == 3 ]] || fail "output_file: $(cat "$tmp/profile.txt")"
-"$SO_PYTHON" - "$tmp/plain/metrics.h5" "$tmp/profiled/metrics.h5" <<'PY' || fail "the profile in metrics.h5"
+"$SO_PYTHON" - "$tmp/plain/metrics.h5" "$tmp/profiled/metrics.h5" "$ranks" <<'PY' || fail "the profile in metrics.h5"
 import json, sys, h5py, numpy as np
 plain, profiled = (h5py.File(p, "r") for p in sys.argv[1:3])
+ranks = int(sys.argv[3])
 assert np.array_equal(plain["train/loss"][...], profiled["train/loss"][...]), "profiling changed the losses"
 p = profiled["profile"]
 seconds = p["seconds"][...]
 text = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # fixed-length string attributes read as bytes
 layers = json.loads(text(p["seconds"].attrs["layers"]))
 phases = text(p["seconds"].attrs["phases"]).split(",")
-assert seconds.shape == (2, 8, 6) and len(layers) == 8, (seconds.shape, layers)
+assert seconds.shape == (ranks, 8, 6) and len(layers) == 8, (seconds.shape, layers)
 assert phases == ["gather", "forward", "recompute", "backward", "reduce", "optimizer"], phases
 assert layers[0] == "model.embed_tokens" and layers[-1] == "lm_head", layers
 assert np.all(np.isfinite(seconds)) and np.all(seconds >= 0), seconds
@@ -46,6 +56,6 @@ total = p["model_flops"][...].sum()
 assert abs(total - step_flops) <= 1e-9 * step_flops, (total, step_flops)
 assert np.all(p["executed_flops"][...] >= p["model_flops"][...])
 assert p["parameters"][...].sum() > 9e6 and np.all(p["achieved_tflops"][...] > 0)
-print(f"profile: 8 layers x 6 phases x 2 ranks; FLOPs {total:.4g} = the step's {step_flops:.4g}; losses unchanged")
+print(f"profile: 8 layers x 6 phases x {ranks} rank(s); FLOPs {total:.4g} = the step's {step_flops:.4g}; losses unchanged")
 PY
 echo "profile: ok"
