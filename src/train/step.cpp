@@ -28,12 +28,16 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   engine.reset_times();
   engine.zero_grad();
   size_t micro_batch = 0;
+  // Each layer's forward and reduced gradient, on every micro-batch, is progress: a step longer
+  // than collective_timeout_s is no stall; only a layer that long would be.
+  if (hooks.progress) {
+    engine.on_layer_done([&](size_t layer, bool backward) {
+      hooks.progress(std::string(backward ? "backward" : "forward") + " of micro-batch " + std::to_string(micro_batch + 1) +
+                     ", layer " + std::to_string(layer) + (backward ? " reduced" : "") +
+                     " (all-gathers, reduce-scatters)");
+    });
+  }
   engine.on_gradient_ready([&](size_t layer) {
-    // Each layer's reduced gradient is progress: a step longer than collective_timeout_s is no stall.
-    if (hooks.progress) {
-      hooks.progress("backward of micro-batch " + std::to_string(micro_batch + 1) + ", layer " + std::to_string(layer) +
-                     " reduced (all-gathers, reduce-scatters)");
-    }
     if (hooks.before_gradient_ready) hooks.before_gradient_ready(layer);
     optimizer.gradient_ready(layer);
   });
@@ -52,10 +56,12 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
       sums[1] += r.aux_loss;
     }
   } catch (...) {
-    engine.on_gradient_ready(nullptr);  // the hook refers to this call's arguments
+    engine.on_gradient_ready(nullptr);  // the hooks refer to this call's arguments
+    engine.on_layer_done(nullptr);
     throw;
   }
   engine.on_gradient_ready(nullptr);
+  engine.on_layer_done(nullptr);
   comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
   result.loss = sums[0] / std::max(1.0, result.tokens);
   result.aux_loss = sums[1];

@@ -150,6 +150,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
       x = outputs[i];
     }
     if (i > 0) memory_.activation_bytes += static_cast<int64_t>(inputs[i].numel() * inputs[i].element_size());
+    if (layer_done_) layer_done_(i, /*backward=*/false);
   }
   context.aux_losses = &aux;
   if (options_.activation_checkpointing) {
@@ -177,6 +178,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     const auto profiled = profile(head, P::reduce);
     times_.reduce_wait_s += layers_[head].reduce_gradients();
   }
+  if (layer_done_) layer_done_(head, /*backward=*/true);
   if (last_micro_batch && gradient_ready_) gradient_ready_(head);
   release(head);
 
@@ -217,6 +219,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
       const auto profiled = profile(i, P::reduce);
       times_.reduce_wait_s += layers_[i].reduce_gradients();
     }
+    if (layer_done_) layer_done_(i, /*backward=*/true);
     if (last_micro_batch && gradient_ready_) gradient_ready_(i);
     release(i);
   }

@@ -74,6 +74,11 @@ class ZeroEngine {
   using GradientReady = std::function<void(size_t layer)>;
   void on_gradient_ready(GradientReady callback) { gradient_ready_ = std::move(callback); }
 
+  // Called as each layer's forward, and each layer's backward with its reduce-scatter, is done,
+  // on every micro-batch: progress for a watchdog (a long step is no stall), nothing else.
+  using LayerDone = std::function<void(size_t layer, bool backward)>;
+  void on_layer_done(LayerDone callback) { layer_done_ = std::move(callback); }
+
   // While set, forward_backward brackets every layer's phases for it ([profile] step); null: off.
   void set_profiler(LayerProfiler* profiler) { profiler_ = profiler; }
 
@@ -95,6 +100,7 @@ class ZeroEngine {
   PhaseTimes times_;
   GradientReady gradient_ready_;
   LayerProfiler* profiler_ = nullptr;
+  LayerDone layer_done_;
 };
 
 }  // namespace superoffload::zero
