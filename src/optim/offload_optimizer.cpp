@@ -296,6 +296,7 @@ void OffloadOptimizer::import_rank_state(const std::string& json) {
   last_clipped_ = false;
   if (json.empty()) return;  // a checkpoint of another mode, or from before the history was kept
   const auto state = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  SO_CHECK(!state.is_discarded(), "the optimizer state in the checkpoint is not JSON: " << json.substr(0, 200));
   const auto* speculation = state.is_object() && state.contains("speculation") ? &state["speculation"] : nullptr;
   if (!speculation || !speculation->is_object()) return;
   const auto last = speculation->value("last_clipped", nlohmann::json());

@@ -21,30 +21,22 @@ double LayerProfile::achieved_tflops(size_t layer) const {
 }
 
 void count_layer_flops(const ProfileShape& shape, LayerProfile& profile) {
+  // The model contract: embedding first, head last, the decoder blocks between.
   const size_t n = shape.parameters.size();
   const size_t head = n - 1;
-  // Blocks are the layers between the embedding and the head.
-  const bool has_blocks = n >= 3 && static_cast<int64_t>(n - 2) == shape.blocks;
+  const double blocks = n >= 3 ? static_cast<double>(n - 2) : 1.0;
   const double total = std::accumulate(shape.parameters.begin(), shape.parameters.end(), 0.0);
-  const double spread = has_blocks ? (total - shape.active_parameters) / static_cast<double>(n - 2) : 0.0;
+  const double spread = (total - shape.active_parameters) / blocks;
   profile.parameters = shape.parameters;
   profile.model_flops.assign(n, 0.0);
   profile.executed_flops.assign(n, 0.0);
   for (size_t l = 0; l < n; ++l) {
-    const bool block = has_blocks && l > 0 && l < head;
-    double active = shape.parameters[l] - (block ? spread : 0.0);
-    if (!has_blocks) active = shape.parameters[l] * (total > 0 ? shape.active_parameters / total : 1.0);
-    const double forward_per_token =
-        2.0 * active + (block ? 4.0 * static_cast<double>(shape.hidden) * static_cast<double>(shape.seq_len) : 0.0);
-    const double forward = forward_per_token * shape.tokens_per_rank;
+    const bool block = l > 0 && l < head;
+    const double active = shape.parameters[l] - (block ? spread : 0.0);
+    const double attention = block ? 4.0 * static_cast<double>(shape.hidden) * static_cast<double>(shape.seq_len) : 0.0;
+    const double forward = (2.0 * active + attention) * shape.tokens_per_rank;
     profile.model_flops[l] = 3.0 * forward;
     profile.executed_flops[l] = profile.model_flops[l] + (shape.activation_checkpointing && l != head ? forward : 0.0);
-  }
-  // Blocks counted with 4·h·s each: as many as the model's blocks, so the sum is the step's count.
-  if (!has_blocks && shape.blocks > 0) {
-    const double attention = 4.0 * static_cast<double>(shape.blocks * shape.hidden * shape.seq_len) * shape.tokens_per_rank;
-    profile.model_flops[0] += 3.0 * attention;
-    profile.executed_flops[0] += (shape.activation_checkpointing ? 4.0 : 3.0) * attention;
   }
 }
 

@@ -41,7 +41,7 @@ struct ProfileShape {
   std::vector<std::string> layers;
   std::vector<double> parameters;  // elements per layer (embedding first, head last)
   double active_parameters = 0;    // the model's, per token
-  int64_t blocks = 0, hidden = 0, seq_len = 0;
+  int64_t hidden = 0, seq_len = 0;
   bool activation_checkpointing = true;
   double tokens_per_rank = 0;      // this step's, all micro-batches
 };
