@@ -22,6 +22,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Without blocking: has the collective finished? MPI: also advances it (nonblocking MPI
+  // collectives progress only inside MPI calls). NCCL: whether its stream got past it.
+  virtual bool done() = 0;
 };
 
 class Communicator {

@@ -118,6 +118,18 @@ class MpiWork : public Work {
   void wait() override {
     if (done_) return;
     SO_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    finish();
+  }
+  bool done() override {
+    if (done_) return true;
+    int flag = 0;
+    SO_CHECK_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+    if (flag) finish();
+    return done_;
+  }
+
+ private:
+  void finish() {
     done_ = true;
     if (type == DataType::bf16 || type == DataType::f16) {
       if (average_over > 0) divide(staging_out.data(), count, DataType::f32, average_over);
@@ -127,7 +139,6 @@ class MpiWork : public Work {
     }
   }
 
- private:
   bool done_ = false;
 };
 

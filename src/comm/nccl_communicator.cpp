@@ -43,6 +43,13 @@ class NcclWork : public Work {
     SO_CHECK_CUDA(cudaStreamWaitEvent(compute_stream_(), done_, 0));
     waited_ = true;
   }
+  bool done() override {
+    SO_CHECK_CUDA(cudaSetDevice(device_));
+    const cudaError_t state = cudaEventQuery(done_);
+    if (state == cudaErrorNotReady) return false;
+    SO_CHECK_CUDA(state);
+    return true;
+  }
 
  private:
   int device_;

@@ -162,7 +162,9 @@ std::vector<Section> build_schema() {
     b.add("sub_group_size", &ZeroConfig::sub_group_size,
           "Elements per optimizer sub-group: the unit the CPU optimizer steps during backward.")
         .at_least(1);
-    b.add("reduce_bucket_size", &ZeroConfig::reduce_bucket_size, "Elements per gradient reduce-scatter bucket.")
+    b.add("reduce_bucket_size", &ZeroConfig::reduce_bucket_size, "Elements per gradient reduce-scatter bucket (all ranks' slices of it): each layer's "
+          "gradient is reduce-scattered in buckets of at most this many elements while backward goes on; two "
+          "buckets' fp32 buffers are in flight at most (device memory).")
         .at_least(1);
     b.add("stage3_prefetch_bucket_size", &ZeroConfig::stage3_prefetch_bucket_size,
           "Elements of parameters gathered ahead of the layer that needs them.")

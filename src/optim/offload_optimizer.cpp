@@ -119,9 +119,10 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   const bool nvme = !s_.nvme_path.empty();
   // What the CPU sub-groups keep of their own: master, moments (in host memory, or in the NVMe
   // tier's file), gradient and bf16 copy (in host memory).
+  // The gradient of the CPU share lives here too: the engine reduces it into this memory.
   const int64_t state_bytes_per_element = (master_is_shard ? 0 : 4) + (s_.bf16_moments ? 4 : 8);
   const int64_t bytes_per_element =
-      (nvme ? 0 : state_bytes_per_element) + (shares_engine_memory_ ? 0 : 4 + (bf16_ ? 2 : 0));
+      (nvme ? 0 : state_bytes_per_element) + 4 + (shares_engine_memory_ || !bf16_ ? 0 : 2);
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
@@ -132,6 +133,16 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       regions.push_back(region_bytes(groups_[i].end - groups_[i].begin, !master_is_shard, s_.bf16_moments));
     }
     nvme_ = std::make_unique<NvmeStateFile>(s_.nvme_path, rank, regions, s_.buffer_count);
+  }
+  // Each layer's CPU sub-groups are the end of its shard: their gradient is one host tensor,
+  // where the engine reduces it (and copies it from the device on a GPU run).
+  for (size_t l = 0; l < layers.size(); ++l) {
+    int64_t split = layers[l].layout().shard_numel();
+    for (size_t i : groups_of_layer_[l]) {
+      if (i >= on_device) split = std::min(split, groups_[i].begin);
+    }
+    const int64_t host_numel = layers[l].layout().shard_numel() - split;
+    layers[l].place_gradient(split, host_numel > 0 ? host_memory_->empty({host_numel}, at::kFloat) : at::Tensor());
   }
   for (size_t i = 0; i < groups_.size(); ++i) {
     auto& g = groups_[i];
@@ -160,8 +171,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
         g.exp_avg = place(g.exp_avg, moments);
         g.exp_avg_sq = place(g.exp_avg_sq, moments);
       }
-      g.grad = shares_engine_memory_ ? engine_view(layers[g.layer].grad_shard())
-                                     : host_memory_->empty(g.master.sizes(), at::kFloat);
+      g.grad = layers[g.layer].host_grad().narrow(0, g.begin - layers[g.layer].gradient_split(), g.end - g.begin);
       if (bf16_) {
         g.bf16 = shares_engine_memory_ ? engine_view(layers[g.layer].shard())
                                        : host_memory_->empty(g.master.sizes(), at::kBFloat16);
@@ -312,18 +322,10 @@ void OffloadOptimizer::import_rank_state(const std::string& json) {
 }
 
 void OffloadOptimizer::gradient_ready(size_t layer) {
-  auto& shard_grad = engine_.layers()[layer].grad_shard();
+  // The engine reduced the CPU sub-groups' gradients into their host buffers (g.grad) already.
   std::vector<size_t> queued;
-  {
-    ScopedTime timed(times_.d2h_s);
-    for (size_t i : groups_of_layer_[layer]) {
-      auto& g = groups_[i];
-      if (!g.on_cpu) continue;
-      // fp32 already (the engine reduces in fp32); on a GPU this is the device-to-host copy.
-      // On a CPU run g.grad is the engine's shard itself.
-      if (!shares_engine_memory_) g.grad.copy_(shard_grad.narrow(0, g.begin, g.end - g.begin));
-      queued.push_back(i);
-    }
+  for (size_t i : groups_of_layer_[layer]) {
+    if (groups_[i].on_cpu) queued.push_back(i);
   }
   if (s_.speculation == Speculation::never || queued.empty()) return;
   {

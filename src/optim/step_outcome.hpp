@@ -34,7 +34,8 @@ struct StepOutcome {
 // Seconds per optimizer phase in the last step (the logged wall-clock breakdown). An
 // optimizer fills the phases it has.
 struct OptimizerTimes {
-  double d2h_s = 0;          // gradients to host memory
+  double d2h_s = 0;          // gradients to host memory (0 for SuperOffload: the engine reduces them
+                             // into host memory, overlapped, counted in its reduce_s)
   double cpu_step_s = 0;     // SIMD AdamW on the host (speculated and after backward)
   double device_step_s = 0;  // AdamW on the engine's device
   double h2d_s = 0;          // updated weights back to the device shards

@@ -124,7 +124,8 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device)
           .activation_checkpointing = cfg.training.activation_checkpointing,
           .max_live_parameters = cfg.zero.stage3_max_live_parameters,
           .prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size,
-          .persistence_threshold = cfg.zero.stage3_param_persistence_threshold};
+          .persistence_threshold = cfg.zero.stage3_param_persistence_threshold,
+          .reduce_bucket_size = cfg.zero.reduce_bucket_size};
 }
 
 // [offload] speculation as the optimizer takes it; super_offload = false speculates nothing.

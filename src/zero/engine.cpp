@@ -40,7 +40,8 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
       options_(options),
       // Two gathered layers (the current one and a prefetch) and a gradient buffer in flight,
       // with room for the embedding and the head, whose sizes differ from the blocks'.
-      buffers_(options.device.is_cpu(), 6) {
+      buffers_(options.device.is_cpu(), 6),
+      reducer_(comm, buffers_, options.device, options.reduce_bucket_size) {
   const auto& layers = model_->layers();
   SO_CHECK(layers.size() >= 2, "a model needs at least an embedding and a head layer");
   SO_CHECK(dynamic_cast<model::HeadLayer*>(layers.back().get()), "the last layer of a model must be a HeadLayer");
@@ -69,6 +70,11 @@ void ZeroEngine::account() {
   }
   memory_.peak_live_numel = std::max(memory_.peak_live_numel, memory_.live_numel);
   memory_.peak_resident_numel = std::max(memory_.peak_resident_numel, memory_.shard_numel + memory_.live_numel);
+}
+
+void ZeroEngine::deliver(const std::vector<size_t>& complete, bool last_micro_batch) {
+  if (!last_micro_batch || !gradient_ready_) return;
+  for (size_t layer : complete) gradient_ready_(layer);
 }
 
 void ZeroEngine::gather(size_t i) {
@@ -106,7 +112,7 @@ void ZeroEngine::zero_grad() {
 
 double ZeroEngine::global_grad_norm() {
   double squares = 0;
-  for (auto& layer : layers_) squares += squared_norm(layer.grad_shard());
+  for (auto& layer : layers_) squares += squared_norm(layer.grad_shard()) + squared_norm(layer.host_grad());
   comm_.all_reduce_host(&squares, 1, comm::ReduceOp::sum);
   return std::sqrt(squares);
 }
@@ -176,10 +182,10 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   {
     ScopedTime timed(times_.reduce_s);
     const auto profiled = profile(head, P::reduce);
-    times_.reduce_wait_s += layers_[head].reduce_gradients();
+    reducer_.reduce(head, layers_[head]);
   }
   if (layer_done_) layer_done_(head, /*backward=*/true);
-  if (last_micro_batch && gradient_ready_) gradient_ready_(head);
+  deliver(reducer_.poll(), last_micro_batch);
   release(head);
 
   // ---- Backward through the blocks and the embedding, in reverse.
@@ -217,12 +223,17 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     {
       ScopedTime timed(times_.reduce_s);
       const auto profiled = profile(i, P::reduce);
-      times_.reduce_wait_s += layers_[i].reduce_gradients();
+      reducer_.reduce(i, layers_[i]);
     }
     if (layer_done_) layer_done_(i, /*backward=*/true);
-    if (last_micro_batch && gradient_ready_) gradient_ready_(i);
+    deliver(reducer_.poll(), last_micro_batch);
     release(i);
   }
+  {
+    ScopedTime timed(times_.reduce_s);
+    deliver(reducer_.finish(), last_micro_batch);
+  }
+  times_.reduce_wait_s += reducer_.take_wait_seconds();
   return result;
 }
 

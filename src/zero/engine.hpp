@@ -4,8 +4,10 @@
 // live-parameter budget), keep the layer's input (activation checkpointing), run it, release
 // it. The head computes the loss chunk by chunk and its backward at once. Backward, in reverse:
 // gather layer i (prefetch i−1), recompute its forward with grad, backpropagate the incoming
-// gradient, reduce-scatter the layer's gradient into each owner's fp32 shard, release, and —
-// on the last micro-batch of a step — tell the optimizer that the shard is complete.
+// gradient, start the reduce-scatter of the layer's gradient into each owner's fp32 shard
+// (zero/gradient_reducer.hpp: in buckets, overlapped with the backward of the layers before),
+// release, and — on the last micro-batch of a step — tell the optimizer as each layer's shard
+// completes. The end of backward waits for the reductions still in flight.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,6 +19,7 @@
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
 #include "zero/engine_stats.hpp"
+#include "zero/gradient_reducer.hpp"
 #include "zero/layer_profiler.hpp"
 #include "zero/partitioned_layer.hpp"
 
@@ -29,6 +32,7 @@ struct EngineOptions {
   int64_t max_live_parameters = 1'000'000'000;  // gathered elements resident at once (prefetch budget)
   int64_t prefetch_bucket_size = 50'000'000;    // a layer larger than this is not gathered ahead
   int64_t persistence_threshold = 100'000;      // layers smaller than this stay gathered
+  int64_t reduce_bucket_size = 500'000'000;     // elements reduce-scattered at once (gradient_reducer.hpp)
   int64_t loss_chunk_tokens = 1024;
 };
 
@@ -74,7 +78,7 @@ class ZeroEngine {
   using GradientReady = std::function<void(size_t layer)>;
   void on_gradient_ready(GradientReady callback) { gradient_ready_ = std::move(callback); }
 
-  // Called as each layer's forward, and each layer's backward with its reduce-scatter, is done,
+  // Called as each layer's forward, and each layer's backward (its reduce-scatter started), is done,
   // on every micro-batch: progress for a watchdog (a long step is no stall), nothing else.
   using LayerDone = std::function<void(size_t layer, bool backward)>;
   void on_layer_done(LayerDone callback) { layer_done_ = std::move(callback); }
@@ -87,6 +91,8 @@ class ZeroEngine {
   void prefetch(size_t i);
   void release(size_t i);
   void account();
+  // Hands the layers whose reduced gradients are complete to the optimizer (last micro-batch).
+  void deliver(const std::vector<size_t>& complete, bool last_micro_batch);
   model::BatchContext context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const;
   // Without gradients: the blocks' output (the head's input), the head left gathered.
   at::Tensor forward_blocks(const at::Tensor& tokens, const model::BatchContext& context);
@@ -96,6 +102,7 @@ class ZeroEngine {
   EngineOptions options_;
   BufferCache buffers_;  // before layers_: they hold a reference to it
   std::vector<PartitionedLayer> layers_;
+  GradientReducer reducer_;
   ParameterMemory memory_;
   PhaseTimes times_;
   GradientReady gradient_ready_;

@@ -18,8 +18,11 @@ FlatLayout::FlatLayout(std::vector<ParameterSlot> parameters, int world_size)
 }
 
 std::vector<ShardPiece> FlatLayout::pieces(int rank) const {
+  return pieces_in(shard_begin(rank), shard_begin(rank) + shard_numel_);
+}
+
+std::vector<ShardPiece> FlatLayout::pieces_in(int64_t begin, int64_t end) const {
   std::vector<ShardPiece> out;
-  const int64_t begin = shard_begin(rank), end = begin + shard_numel_;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const auto& p = parameters_[i];
     const int64_t from = std::max(begin, p.offset), to = std::min(end, p.offset + p.numel);

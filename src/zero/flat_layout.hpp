@@ -40,6 +40,8 @@ class FlatLayout {
   int64_t shard_begin(int rank) const { return shard_numel_ * rank; }
   // The parameter pieces in `rank`'s shard, in flat order (padding is not a piece).
   std::vector<ShardPiece> pieces(int rank) const;
+  // The same for any flat range [begin, end): shard_offset counts from `begin`.
+  std::vector<ShardPiece> pieces_in(int64_t begin, int64_t end) const;
 
  private:
   std::vector<ParameterSlot> parameters_;

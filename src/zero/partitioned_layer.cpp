@@ -37,7 +37,8 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
     flat.narrow(0, slot.offset, slot.numel).copy_(parameters_[i].detach().reshape({-1}));
   }
   device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
-  grad_shard_ = at::zeros({layout_.shard_numel()}, options_.dtype(at::kFloat));
+  grad_split_ = layout_.shard_numel();
+  grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
   unbind();
   if (persistent_) {
     gather_async();
@@ -109,65 +110,49 @@ void PartitionedLayer::shard_updated() {
   wait_gathered();
 }
 
-double PartitionedLayer::reduce_gradients() {
-  torch::NoGradGuard no_grad;
-  const bool first = grad_stale_;  // the first micro-batch since zero_grad_shard() writes, later ones add
+void PartitionedLayer::place_gradient(int64_t split, at::Tensor host) {
+  SO_CHECK(split >= 0 && split <= layout_.shard_numel(), "gradient split " << split << " outside the shard of "
+                                                                          << layout_.shard_numel());
+  const int64_t host_numel = layout_.shard_numel() - split;
+  SO_CHECK(host_numel == 0 || (host.defined() && host.numel() == host_numel && host.scalar_type() == at::kFloat &&
+                               host.device().is_cpu() && host.is_contiguous()),
+           "the host gradient of a layer must be a contiguous fp32 host tensor of " << host_numel << " elements");
+  grad_split_ = split;
+  grad_shard_ = at::zeros({split}, options_.dtype(at::kFloat));
+  host_grad_ = host_numel > 0 ? std::move(host) : at::Tensor();
+  grad_stale_ = true;
+}
+
+bool PartitionedLayer::begin_reduction() {
+  const bool first = grad_stale_;
   grad_stale_ = false;
-  if (comm_.size() == 1) {
-    // One rank: the shard is the gradient. One pass per gradient, no collective.
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const auto& slot = layout_.parameters()[i];
-      auto target = grad_shard_.narrow(0, slot.offset, slot.numel);
-      auto& grad = parameters_[i].mutable_grad();
-      if (!grad.defined()) {  // e.g. an expert no token was routed to
-        if (first) target.zero_();
-        continue;
-      }
-      if (first) {
-        target.copy_(grad.reshape({-1}));
-      } else {
-        target.add_(grad.reshape({-1}));
-      }
-      grad = at::Tensor();
-    }
-    return 0;
-  }
-  // Flatten into the collective's send buffer: every element is written once (gradients,
-  // zeros where a parameter got none, padding).
-  auto flat = buffers_->take(layout_.padded_numel(), options_.dtype(at::kFloat));
-  int64_t written = 0;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const auto& slot = layout_.parameters()[i];
-    auto target = flat.narrow(0, slot.offset, slot.numel);
-    if (slot.offset > written) flat.narrow(0, written, slot.offset - written).zero_();
-    written = slot.offset + slot.numel;
-    auto& grad = parameters_[i].mutable_grad();
-    if (!grad.defined()) {
-      target.zero_();
-      continue;
-    }
-    target.copy_(grad.reshape({-1}));
-    grad = at::Tensor();
-  }
-  if (layout_.padded_numel() > written) flat.narrow(0, written, layout_.padded_numel() - written).zero_();
-  // Later micro-batches: add the accumulated shard into this rank's own part of the send
-  // buffer, so that the collective writes the new sum straight into the shard.
-  if (!first) flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).add_(grad_shard_);
-  auto work = comm_.reduce_scatter(flat.data_ptr(), grad_shard_.data_ptr(), static_cast<size_t>(layout_.shard_numel()),
-                                   comm::DataType::f32, comm::ReduceOp::sum);
-  const double wait_start = base::now_s();
-  work->wait();
-  const double waited = base::now_s() - wait_start;
-  buffers_->give(std::move(flat));
-  return waited;
+  return first;
+}
+
+std::vector<at::Tensor> PartitionedLayer::gradients() const {
+  std::vector<at::Tensor> out;
+  out.reserve(parameters_.size());
+  for (const auto& p : parameters_) out.push_back(p.grad());
+  return out;
+}
+
+void PartitionedLayer::clear_gradients() {
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
 }
 
 at::Tensor& PartitionedLayer::grad_shard() {
   if (grad_stale_) {
     grad_shard_.zero_();
+    if (host_grad_.defined()) host_grad_.zero_();
     grad_stale_ = false;
   }
   return grad_shard_;
+}
+
+at::Tensor& PartitionedLayer::host_grad() {
+  grad_shard();  // zeroes both parts when stale
+  if (!host_grad_.defined()) host_grad_ = at::empty({0}, at::kFloat);
+  return host_grad_;
 }
 
 int64_t PartitionedLayer::resident_numel() const {

@@ -1,15 +1,17 @@
 // One layer under ZeRO-3: this rank's shard of its flat parameters on the device, the
 // gathered full buffer while the layer runs (its parameters are views into it), and this
-// rank's fp32 gradient shard, accumulated over micro-batches.
+// rank's fp32 gradient shard, accumulated over micro-batches — on the device for the part a
+// device optimizer steps, in host memory for the part the CPU steps (place_gradient).
 //
 // With one rank nothing is communicated or staged: the shard is the gathered buffer (the
-// parameters are views of it) and gradients go straight into the gradient shard. An
+// parameters are views of it). An
 // optimizer may keep its state in the shard itself (shard(), then shard_updated()).
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
@@ -52,15 +54,25 @@ class PartitionedLayer {
   void wait_gathered();  // completes it and binds the parameters to views of the buffer
   void release();        // unbinds the parameters and frees the buffer (not for persistent layers)
 
-  // Flattens the parameters' gradients (fp32, zero where a parameter got none), reduce-
-  // scatters them (sum) and adds this rank's part to grad_shard(); clears the gradients.
-  // Returns the seconds spent blocked on the collective.
-  double reduce_gradients();
-  // The accumulated gradient shard [shard] fp32 (its storage never changes).
+  // Where this rank's reduced fp32 gradient lives. Elements [0, split) of the shard: on the
+  // device, grad_shard(). Elements [split, shard): in `host`, host memory of an optimizer that
+  // steps them on the CPU (pinned on a GPU run), host_grad(). Without a call: all on the device.
+  // Call before the first backward.
+  void place_gradient(int64_t split, at::Tensor host);
+  int64_t gradient_split() const { return grad_split_; }
+  // The accumulated device part [split] and host part [shard - split] (storage never changes).
   at::Tensor& grad_shard();
-  // The next reduce_gradients() overwrites the shard instead of adding to it (no zeroing pass;
-  // grad_shard() zeroes it if read before).
+  at::Tensor& host_grad();
+  // The next reduction overwrites the gradient instead of adding to it (no zeroing pass;
+  // grad_shard()/host_grad() zero it if read before).
   void zero_grad_shard() { grad_stale_ = true; }
+  // For the reducer (zero/gradient_reducer.hpp): true once per step, for the first micro-batch's
+  // reduction (which writes; later ones add); then the stored gradient counts as current.
+  bool begin_reduction();
+  // The parameters' gradients, in layout order (undefined where a parameter got none, e.g. an
+  // expert no token was routed to), and a way to drop them once they are flattened.
+  std::vector<at::Tensor> gradients() const;
+  void clear_gradients();
 
   // Elements this rank holds on the device now: its shard, plus the gathered buffer if live.
   int64_t resident_numel() const;
@@ -78,8 +90,10 @@ class PartitionedLayer {
   at::Tensor device_shard_;             // [shard] compute dtype
   at::Tensor gathered_;                 // [padded] compute dtype, while live
   at::Tensor gathering_buffer_;         // the buffer an all-gather in flight writes
-  at::Tensor grad_shard_;               // [shard] fp32
-  bool grad_stale_ = true;              // grad_shard_ holds an earlier step's values: overwrite
+  at::Tensor grad_shard_;               // [split] fp32, on the device
+  at::Tensor host_grad_;                // [shard - split] fp32, host memory (undefined: none)
+  int64_t grad_split_ = 0;
+  bool grad_stale_ = true;              // the gradient holds an earlier step's values: overwrite
   std::unique_ptr<comm::Work> pending_;
   bool persistent_;
   at::TensorOptions options_;

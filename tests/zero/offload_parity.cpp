@@ -14,6 +14,7 @@
 //   - synchronous mode with every sub-group on the CPU equals the reference sharded AdamW
 //     within 1e-6 (the SIMD kernel inside real training);
 //   - CPU steps of sub-groups finish before backward ends (overlap).
+// --bucket N: the engine's reduce_bucket_size (default 5e8: one chunk per layer).
 // With --device cuda the engine (and the 1 - ratio share stepped on the device) runs on each
 // rank's GPU with NCCL, so gradients go device -> host and parameters back; without a GPU
 // that run exits 77, which CTest reports as skipped.
@@ -55,12 +56,17 @@ struct Run {
 
 enum class Mode { speculate_always, speculate_auto, synchronous, reference };
 
+// [zero] reduce_bucket_size of the engine (--bucket): small values cut every layer's
+// reduce-scatter into many chunks, some of them in host memory (the CPU share's gradient).
+int64_t g_bucket = 500'000'000;
+
 Run train(const std::string& dir, Mode mode, double ratio, double clip, at::Device device, MPI_Comm world) {
   auto comm = so::zero::make_communicator(so::config::CommBackend::automatic, device, world);
   auto loaded = so::model::load_model(dir, "auto", so::config::InitMode::random, 42);
   so::zero::EngineOptions options;
   options.compute_dtype = at::kFloat;
   options.persistence_threshold = 0;
+  options.reduce_bucket_size = g_bucket;
   options.device = device;
   so::zero::ZeroEngine engine(loaded.model, *comm, options);
   const so::optim::AdamWSettings adamw{.weight_decay = 0.1, .gradient_clipping = clip};
@@ -81,7 +87,8 @@ Run train(const std::string& dir, Mode mode, double ratio, double clip, at::Devi
   // Injection point in front of the optimizer: one step's gradient becomes infinite.
   const so::train::StepHooks hooks{.before_gradient_ready = [&](size_t layer) {
     if (step_now == kInfStep && layer == engine.layers().size() - 2 && comm->rank() == 0) {
-      engine.layers()[layer].grad_shard()[0] = std::numeric_limits<float>::infinity();
+      auto& l = engine.layers()[layer];  // element 0 of the shard: on the device or in host memory
+      (l.gradient_split() > 0 ? l.grad_shard() : l.host_grad())[0] = std::numeric_limits<float>::infinity();
     }
   }};
   Run run;
@@ -132,6 +139,7 @@ int main(int argc, char** argv) {
   at::Device device = at::kCPU;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--device") device = at::Device(argv[i + 1]);
+    if (std::string(argv[i]) == "--bucket") g_bucket = std::stoll(argv[i + 1]);
   }
   if (device.is_cuda()) {
     if (!torch::cuda::is_available()) {

@@ -9,7 +9,9 @@
 // the CPU); without a GPU that run exits 77, which CTest reports as skipped.
 //
 //   train_parity --arch llama|moe [--steps 20] [--micro 2] [--accumulation 2] [--seq 16]
-//                [--bf16-steps 50] [--max-live N] [--no-checkpointing] [--device cpu|cuda]
+//                [--bf16-steps 50] [--max-live N] [--bucket N] [--no-checkpointing] [--device cpu|cuda]
+// --bucket: the engine's reduce_bucket_size; small values cut each layer's reduce-scatter into
+// many chunks, several of them in flight while backward goes on.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <mpi.h>
@@ -45,6 +47,7 @@ struct Options {
   std::string arch = "llama";
   int steps = 20, micro = 2, accumulation = 2, seq = 16, bf16_steps = 0;
   int64_t max_live = 1'000'000'000;
+  int64_t bucket = 500'000'000;  // [zero] reduce_bucket_size
   bool checkpointing = true;
   at::Device device = at::kCPU;
   double lr = 5e-3, clip = 0.5, weight_decay = 0.1;
@@ -84,6 +87,7 @@ EngineRun train_engine(const Options& o, const std::string& dir, at::ScalarType 
   options.prefetch_bucket_size = o.max_live;
   options.persistence_threshold = 0;
   options.loss_chunk_tokens = 5;
+  options.reduce_bucket_size = o.bucket;
   options.device = o.device;
   so::zero::ZeroEngine engine(loaded.model, comm, options);
   so::optim::ShardedAdamW optimizer(
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
     else if (a == "--seq") o.seq = std::stoi(next());
     else if (a == "--bf16-steps") o.bf16_steps = std::stoi(next());
     else if (a == "--max-live") o.max_live = std::stoll(next());
+    else if (a == "--bucket") o.bucket = std::stoll(next());
     else if (a == "--no-checkpointing") o.checkpointing = false;
     else if (a == "--device") o.device = at::Device(next());
   }
