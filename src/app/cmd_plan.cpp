@@ -36,8 +36,8 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         std::cout << line << "\n";
       }
       bool fits = true;
-      if (o->gpu_memory_gb > 0 && !o->cpu) fits = fits && plan.device_total() <= 0.95 * o->gpu_memory_gb * 1e9;
-      if (o->host_memory_gb > 0) fits = fits && plan.host_total() * o->gpus_per_node <= 0.95 * o->host_memory_gb * 1e9;
+      if (o->gpu_memory_gb > 0 && !o->cpu) fits = fits && plan.device_total() <= train::kPlanHeadroom * o->gpu_memory_gb * 1e9;
+      if (o->host_memory_gb > 0) fits = fits && plan.host_total() * o->gpus_per_node <= train::kPlanHeadroom * o->host_memory_gb * 1e9;
       if (o->gpu_memory_gb > 0 || o->host_memory_gb > 0) {
         std::cout << (fits ? "fits" : "does not fit") << " (with 5% headroom)\n";
       }

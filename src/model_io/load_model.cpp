@@ -32,7 +32,10 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     SO_LOG(info) << "parameters initialised randomly (initializer_range " << out.model->initializer_range() << ", seed "
                  << seed << ")" << (defer ? ", layer by layer" : "");
   } else {
-    SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\"");
+    SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\""
+                                    << hint("point [model] path at the model's HuggingFace download (config.json, "
+                                            "*.safetensors, tokenizer), or set init = \"random\" to train it from "
+                                            "random weights (benchmarks)"));
     auto checkpoint = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(directory));
     check_weights(*out.model, *checkpoint);  // every name, before any layer is read
     auto model = out.model;

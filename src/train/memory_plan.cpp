@@ -85,29 +85,42 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.ranks = ranks;
   p.on_gpu = on_gpu;
   const double n = static_cast<double>(m.parameters) / ranks;
+  const double largest = static_cast<double>(m.largest_layer);
   const double compute_bytes = cfg.precision.bf16 ? 2 : 4;
+  const bool nvme = cfg.offload.device == config::OffloadDevice::nvme;
+  const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu || nvme;
+  const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
   p.device_parameter_bytes = compute_bytes * n;
-  p.device_gradient_bytes = 4 * n;
+  p.device_gradient_bytes = 4 * n * (1 - cpu_share);
   // Gathered: the running layer plus what prefetch may hold, within stage3_max_live_parameters.
-  const double live = std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters),
-                                       2.0 * static_cast<double>(m.largest_layer));
-  p.device_gathered_bytes = compute_bytes * std::max<double>(live, static_cast<double>(m.largest_layer));
+  const double live = std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), 2.0 * largest);
+  p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest);
+  // Backward of a layer leaves its parameters' gradients (compute dtype); the reducer keeps at
+  // most two chunks of fp32 send buffers (a bucket each) and staging buffers (a bucket / ranks
+  // each) in flight (zero/gradient_reducer.hpp).
+  // One rank reduces the device share in place: only the CPU share's staging is in flight, in
+  // chunks of at most 2^25 elements.
+  const double total = static_cast<double>(m.parameters);
+  const double bucket = static_cast<double>(cfg.zero.reduce_bucket_size);
+  const double in_flight = ranks > 1 ? std::min(2 * bucket * (1 + 1.0 / ranks), total)
+                                     : std::min(2 * std::min(bucket, 33554432.0), total * cpu_share);
+  p.device_reduce_bytes = compute_bytes * largest + 4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
   const double tokens = micro * static_cast<double>(cfg.data.seq_len);
   const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
   // Saved layer inputs (checkpointing) or every intermediate (no checkpointing), plus one
-  // layer's recompute working set and the fp32 logits of a 1024-token loss chunk (and grad).
+  // layer's recompute working set.
   const double per_layer_saved = cfg.training.activation_checkpointing ? tokens * h * compute_bytes
                                                                        : tokens * (10 * h + 3 * i) * compute_bytes;
   const double working = tokens * (10 * h + 3 * i) * compute_bytes;
-  const double logits = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
-  p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working + logits;
-  const bool nvme = cfg.offload.device == config::OffloadDevice::nvme;
-  const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu || nvme;
-  const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
+  p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
+  // The head's loss chunk (zero::EngineOptions::loss_chunk_tokens): fp32 logits and gradient.
+  p.device_logits_bytes = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
-  // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient copy (4) and bf16 staging (2)
+  // CUDA context (~0.5 GiB), cuBLAS workspaces, NCCL's buffers between ranks.
+  p.device_runtime_bytes = (ranks > 1 ? 1.0 : 0.75) * 1024 * 1024 * 1024;
+  // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient (4) and bf16 staging (2)
   // of the CPU share. With the NVMe tier master and moments live in the file, and the host
   // holds buffer_count sub-groups' worth of them.
   const double moment_bytes = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 ? 4 : 8;
@@ -121,8 +134,9 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
     p.host_optimizer_bytes += state_bytes;
   }
   // Set-up materialises one full layer in fp32 before sharding it.
-  p.host_setup_bytes = 4 * static_cast<double>(m.largest_layer);
-  if (!on_gpu) {  // CPU runs: everything lives in host memory
+  p.host_setup_bytes = 4 * largest;
+  if (!on_gpu) {  // CPU runs: everything lives in host memory (no CUDA runtime)
+    p.device_runtime_bytes = 0;
     p.host_optimizer_bytes += p.device_total();
   }
   return p;
@@ -138,9 +152,12 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   head << ", " << m.layers << " layers; " << p.ranks << " rank(s), " << ranks_per_node << " per node";
   lines.push_back(head.str());
   if (p.on_gpu) {
-    lines.push_back("per GPU:  parameters " + gib(p.device_parameter_bytes) + ", gradients " + gib(p.device_gradient_bytes) +
-                    ", gathered layers " + gib(p.device_gathered_bytes) + ", activations " + gib(p.device_activation_bytes) +
-                    ", optimizer share " + gib(p.device_optimizer_bytes) + " = " + gib(p.device_total()) +
+    lines.push_back("per GPU:  parameters " + gib(p.device_parameter_bytes) + ", gradients (device share) " +
+                    gib(p.device_gradient_bytes) + ", gathered layers " + gib(p.device_gathered_bytes) +
+                    ", layer gradients and reduce buckets " + gib(p.device_reduce_bytes) + ", activations " +
+                    gib(p.device_activation_bytes) + ", loss logits " + gib(p.device_logits_bytes) +
+                    ", optimizer share " + gib(p.device_optimizer_bytes) + ", CUDA/NCCL runtime " +
+                    gib(p.device_runtime_bytes) + " = " + gib(p.device_total()) +
                     (device_capacity_bytes > 0 ? " of " + gib(device_capacity_bytes) : ""));
   }
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
@@ -153,6 +170,56 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   lines.push_back("per node, host: " + gib(p.host_total() * ranks_per_node) +
                   (host_capacity_per_node_bytes > 0 ? " of " + gib(host_capacity_per_node_bytes) : ""));
   return lines;
+}
+
+std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& m, const config::Config& cfg, int ranks,
+                                                  const std::string& device, double free, double total) {
+  auto need = [&](const config::Config& c, int n) {
+    const auto p = plan_memory(m, c, n, true);
+    return p.device_total() - p.device_runtime_bytes;
+  };
+  auto fits = [&](const config::Config& c, int n) { return need(c, n) <= kPlanHeadroom * free; };
+  if (fits(cfg, ranks)) return std::nullopt;
+  const auto plan = plan_memory(m, cfg, ranks, true);
+  std::ostringstream message;
+  message.precision(3);
+  message << "this run needs about " << need(cfg, ranks) / 1e9 << " GB on " << device << " (parameters "
+          << plan.device_parameter_bytes / 1e9 << ", gradients " << plan.device_gradient_bytes / 1e9 << ", gathered "
+          << plan.device_gathered_bytes / 1e9 << ", reduce buckets " << plan.device_reduce_bytes / 1e9
+          << ", activations " << plan.device_activation_bytes / 1e9 << ", logits " << plan.device_logits_bytes / 1e9
+          << ", optimizer share " << plan.device_optimizer_bytes / 1e9 << ") and the GPU has " << free / 1e9
+          << " GB of " << total / 1e9 << " GB free: it would run out of device memory";
+  std::vector<std::string> fixes;
+  int more = ranks;
+  while (more < (1 << 16) && !fits(cfg, more)) more *= 2;
+  if (more < (1 << 16)) fixes.push_back("run on " + std::to_string(more) + " GPUs");
+  if (cfg.offload.device != config::OffloadDevice::none) {
+    auto higher = cfg;
+    for (int step = static_cast<int>(std::floor(cfg.offload.ratio * 20 + 1e-9)) + 1; step <= 20; ++step) {
+      higher.offload.ratio = step / 20.0;
+      if (fits(higher, ranks)) {
+        std::ostringstream text;
+        text << "raise [offload] ratio to " << higher.offload.ratio;
+        fixes.push_back(text.str());
+        break;
+      }
+    }
+  }
+  auto smaller = cfg;
+  for (int64_t micro = cfg.training.train_micro_batch_size_per_gpu - 1; micro >= 1; --micro) {
+    smaller.training.train_micro_batch_size_per_gpu = micro;
+    if (fits(smaller, ranks)) {
+      fixes.push_back("lower [training] train_micro_batch_size_per_gpu to " + std::to_string(micro) +
+                      " (and raise gradient_accumulation_steps to keep the batch)");
+      break;
+    }
+  }
+  if (!cfg.training.activation_checkpointing) fixes.push_back("set [training] activation_checkpointing = true");
+  std::string fix;
+  for (const auto& f : fixes) fix += (fix.empty() ? "" : ", or ") + f;
+  fix = (fix.empty() ? std::string("this model does not fit this GPU") : fix) +
+        "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
+  return DeviceRefusal{message.str(), fix};
 }
 
 double available_host_bytes() {

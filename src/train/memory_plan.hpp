@@ -1,12 +1,15 @@
 // What a run needs in memory before it allocates anything, from the model's config.json and
-// the configuration: per rank on the device (bf16 parameter shards, fp32 gradient shards,
-// gathered layers, saved activations and the recompute of one layer, loss logits, the
-// device share of the optimizer) and on the host (fp32 master weights, Adam moments, gradient
-// and bf16 staging of the CPU share, pinned). `train` refuses a run that cannot fit at start-up;
-// `superoffload plan` prints the same estimate for a cluster shape the user does not have yet.
+// the configuration: per rank on the device (parameter shards, the device share's fp32
+// gradient shard, gathered layers, reduce-scatter buckets, saved activations and the
+// recompute of one layer, loss logits, the device share of the optimizer, the runtime's
+// workspaces) and on the host (fp32 master weights, Adam moments, gradient and bf16 staging of
+// the CPU share, pinned). `train` refuses a run that cannot fit at start-up (host memory, and
+// on a GPU the device's free memory); `superoffload plan` prints the same estimate for a
+// cluster shape the user does not have yet.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,16 +31,26 @@ ModelSize model_size_from_config(const std::string& model_dir);
 struct MemoryPlan {
   int ranks = 1;
   bool on_gpu = true;
-  // Per rank.
-  double device_parameter_bytes = 0, device_gradient_bytes = 0, device_gathered_bytes = 0,
-         device_activation_bytes = 0, device_optimizer_bytes = 0;
+  // Per rank, on the device: every buffer the engine and optimizer allocate there.
+  double device_parameter_bytes = 0;   // this rank's parameter shards (compute dtype)
+  double device_gradient_bytes = 0;    // fp32 gradient shard of the device share only (the CPU
+                                       // share's gradient is reduced into host memory)
+  double device_gathered_bytes = 0;    // the running layer and the prefetched one
+  double device_reduce_bytes = 0;      // one layer's parameter gradients (compute dtype) and the
+                                       // reduce-scatter buckets in flight (two, fp32)
+  double device_activation_bytes = 0;  // saved layer inputs (or every intermediate without
+                                       // checkpointing) and one layer's recompute working set
+  double device_logits_bytes = 0;      // the loss chunk's fp32 logits and their gradient
+  double device_optimizer_bytes = 0;   // the device share's fp32 master and moments
+  double device_runtime_bytes = 0;     // CUDA context, cuBLAS and NCCL workspaces (estimate;
+                                       // already in use when train checks free memory)
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
   // [offload] device = "nvme": the CPU share's master and moments, in the rank's file under
   // nvme_path (host_optimizer_bytes then holds the gradient copies and the buffer ring).
   double nvme_bytes = 0;
   double device_total() const {
-    return device_parameter_bytes + device_gradient_bytes + device_gathered_bytes + device_activation_bytes +
-           device_optimizer_bytes;
+    return device_parameter_bytes + device_gradient_bytes + device_gathered_bytes + device_reduce_bytes +
+           device_activation_bytes + device_logits_bytes + device_optimizer_bytes + device_runtime_bytes;
   }
   double host_total() const { return host_optimizer_bytes + host_setup_bytes; }
 };
@@ -47,6 +60,19 @@ MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int
 // The estimate as a table (per GPU/rank and per node), and, with capacities > 0, whether it fits.
 std::vector<std::string> describe_plan(const ModelSize& model, const MemoryPlan& plan, int ranks_per_node,
                                        double device_capacity_bytes, double host_capacity_per_node_bytes);
+
+// The share of a capacity a plan may fill: the rest is headroom for fragmentation and what the
+// estimate leaves out.
+constexpr double kPlanHeadroom = 0.95;
+
+// Why a run cannot start on a GPU with `free_bytes` free of `total_bytes` (the runtime's share
+// of the plan is in use already), and what would make it fit: more GPUs, a higher [offload]
+// ratio, a smaller micro-batch, activation checkpointing. nullopt: it fits.
+struct DeviceRefusal {
+  std::string message, fix;
+};
+std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& model, const config::Config& config, int ranks,
+                                                  const std::string& device, double free_bytes, double total_bytes);
 
 // Bytes of memory this node can give the job (MemAvailable).
 double available_host_bytes();

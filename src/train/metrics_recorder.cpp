@@ -69,6 +69,10 @@ const Column kTrainColumns[] = {
     {"rollback_s", [](const StepRecord& r) { return r.optimizer.rollback_s; }},
     {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
     {"peak_gathered_elements", [](const StepRecord& r) { return static_cast<double>(r.peak_gathered_elements); }},
+    // GPU runs: the most bytes LibTorch's caching allocator held during the step, on the rank
+    // that held the most; the plan's figure is the file attribute planned_device_bytes. NaN on
+    // the CPU.
+    {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
 };
 
 // /ranks: every rank's value, [steps, world] each, for straggler analysis.
@@ -86,6 +90,7 @@ const Column kRankColumns[] = {
     {"stepped_late", [](const StepRecord& r) { return static_cast<double>(r.speculation.late); }},
     {"predicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.predicted_stops); }},
     {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
+    {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
 };
 
 // What DeepSpeed's monitors get, under DeepSpeed's tags (its engine writes the first two).
@@ -101,15 +106,21 @@ const MonitorSeries kMonitorSeries[] = {
     {"Train/Samples/tokens_per_s", [](const StepRecord& r) { return r.throughput.tokens_per_s; }},
 };
 
-// The sum over ranks of a /ranks column (rank-major `gathered`, `columns` per rank).
-int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
+// Every rank's value of a /ranks column (rank-major `gathered`, `columns` per rank).
+std::vector<double> rank_values(const std::vector<double>& gathered, int columns, std::string_view name) {
   int column = 0;
   while (column < columns && kRankColumns[column].name != name) ++column;
   SO_CHECK(column < columns, "metrics: no per-rank column " << name);
-  double sum = 0;
+  std::vector<double> out;
   for (size_t k = 0; k * static_cast<size_t>(columns) < gathered.size(); ++k) {
-    sum += gathered[k * static_cast<size_t>(columns) + static_cast<size_t>(column)];
+    out.push_back(gathered[k * static_cast<size_t>(columns) + static_cast<size_t>(column)]);
   }
+  return out;
+}
+
+int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
+  double sum = 0;
+  for (double v : rank_values(gathered, columns, name)) sum += v;
   return static_cast<int64_t>(sum);
 }
 
@@ -191,6 +202,10 @@ void MetricsRecorder::record(const StepRecord& r) {
                        .late = rank_sum(gathered, columns, "stepped_late"),
                        .predicted_stops = rank_sum(gathered, columns, "predicted_stops"),
                        .mispredicted_stops = rank_sum(gathered, columns, "mispredicted_stops")};
+  // The largest device peak of any rank (NaN stays NaN: a CPU run has none).
+  for (double peak : rank_values(gathered, columns, "device_peak_bytes")) {
+    if (peak > total.device_peak_bytes) total.device_peak_bytes = peak;
+  }
   std::vector<double> row;
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);

@@ -36,6 +36,8 @@ struct StepRecord {
   zero::PhaseTimes engine;
   optim::OptimizerTimes optimizer;
   int64_t peak_gathered_elements = 0;
+  double device_peak_bytes = 0;  // this rank's caching-allocator peak in the step (NaN on the CPU);
+                                 // /train holds the largest over ranks
 };
 
 class MetricsRecorder {

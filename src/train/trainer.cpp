@@ -32,6 +32,7 @@
 #include "optim/sharded_adamw.hpp"
 #include "train/build_info.hpp"
 #include "train/checkpointing.hpp"
+#include "train/device_memory.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_plan.hpp"
 #include "train/metrics_recorder.hpp"
@@ -76,30 +77,43 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const cluster:
 }
 
 // Refuses, before anything is allocated, a run whose host memory need exceeds what this node
-// has, with the numbers and the settings that would make it fit.
-void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world, bool on_gpu) {
+// has, or (on a GPU) whose device memory need exceeds what this rank's GPU has free, with the
+// numbers and the settings that would make it fit.
+void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world, at::Device device) {
+  const bool on_gpu = device.is_cuda();
   const auto size = model_size_from_config(cfg.model.path);
   const auto plan = plan_memory(size, cfg, world.size(), on_gpu);
   const double available = available_host_bytes();
   const double needed = plan.host_total() * world.local_size();
+  const auto gpu = device_memory_info(device);
   if (world.rank() == 0) {
-    for (const auto& line : describe_plan(size, plan, world.local_size(), 0, available)) SO_LOG(info) << "memory: " << line;
+    for (const auto& line : describe_plan(size, plan, world.local_size(), gpu ? gpu->total_bytes : 0, available)) {
+      SO_LOG(info) << "memory: " << line;
+    }
   }
-  if (available <= 0 || needed <= 0.95 * available) return;
-  // The smallest world (same ranks per node) that would fit.
-  int ranks = world.size();
-  while (ranks < (1 << 16) && plan_memory(size, cfg, ranks, on_gpu).host_total() * world.local_size() > 0.95 * available) ranks *= 2;
-  std::ostringstream message;
-  message.precision(3);
-  message << "this run needs about " << needed / 1e9 << " GB of host memory on this node (" << world.local_size()
-          << " rank(s) x " << plan.host_total() / 1e9 << " GB) and the node has " << available / 1e9
-          << " GB available: it would be killed by the out-of-memory killer";
-  std::ostringstream fix;
-  fix << "run on about " << (ranks + world.local_size() - 1) / world.local_size() << " node(s) of this size ("
-      << ranks << " ranks), or lower [training] train_micro_batch_size_per_gpu / [data] seq_len"
-      << (on_gpu ? ", or lower [offload] ratio to keep more of the optimizer on the GPUs" : "")
-      << "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
-  SO_FAIL(message.str() << hint(fix.str()));
+  if (available > 0 && needed > kPlanHeadroom * available) {
+    // The smallest world (same ranks per node) that would fit.
+    int ranks = world.size();
+    while (ranks < (1 << 16) &&
+           plan_memory(size, cfg, ranks, on_gpu).host_total() * world.local_size() > kPlanHeadroom * available) {
+      ranks *= 2;
+    }
+    std::ostringstream message;
+    message.precision(3);
+    message << "this run needs about " << needed / 1e9 << " GB of host memory on this node (" << world.local_size()
+            << " rank(s) x " << plan.host_total() / 1e9 << " GB) and the node has " << available / 1e9
+            << " GB available: it would be killed by the out-of-memory killer";
+    std::ostringstream fix;
+    fix << "run on about " << (ranks + world.local_size() - 1) / world.local_size() << " node(s) of this size ("
+        << ranks << " ranks), or lower [training] train_micro_batch_size_per_gpu / [data] seq_len"
+        << (on_gpu ? ", or lower [offload] ratio to keep more of the optimizer on the GPUs" : "")
+        << "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
+    SO_FAIL(message.str() << hint(fix.str()));
+  }
+  if (!gpu) return;
+  if (const auto refusal = refuse_device_memory(size, cfg, world.size(), device.str(), gpu->free_bytes, gpu->total_bytes)) {
+    SO_FAIL(refusal->message << hint(refusal->fix));
+  }
 }
 
 // With [runtime] check_memory = false the plan is not enforced, but a model whose largest
@@ -177,18 +191,25 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
 
 // Provenance stored with the metrics: config, hosts, binding table, versions, revision.
 std::map<std::string, std::string> run_attributes(const config::Config& cfg, const cluster::MpiWorld& world,
-                                                  const std::vector<std::string>& binding_table) {
+                                                  const std::vector<std::string>& binding_table, at::Device device) {
   std::string hosts, versions, binding;
   for (const auto& host : cluster::MpiWorld::allgather(world.host(), world.world())) hosts += host + "\n";
   for (const auto& [name, version] : train::software_versions()) versions += name + " " + version + "\n";
   for (const auto& line : binding_table) binding += line + "\n";
-  return {{"config", config::to_toml(cfg)},
-          {"world_size", std::to_string(world.size())},
-          {"model", cfg.model.path},
-          {"git_revision", train::git_revision()},
-          {"hosts", hosts},
-          {"versions", versions},
-          {"binding", binding}};
+  std::map<std::string, std::string> attributes{{"config", config::to_toml(cfg)},
+                                                {"world_size", std::to_string(world.size())},
+                                                {"model", cfg.model.path},
+                                                {"git_revision", train::git_revision()},
+                                                {"hosts", hosts},
+                                                {"versions", versions},
+                                                {"binding", binding}};
+  if (device.is_cuda()) {
+    // What /train/device_peak_bytes is compared with: the plan's device bytes per rank, without
+    // the runtime's share (which the caching allocator does not see).
+    const auto plan = plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), true);
+    attributes["planned_device_bytes"] = std::to_string(static_cast<int64_t>(plan.device_total() - plan.device_runtime_bytes));
+  }
+  return attributes;
 }
 
 // The layers' names in the profile: their Hugging Face modules ("model.layers.3"). The
@@ -291,7 +312,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
 
   // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
   if (cfg.runtime.check_memory) {
-    check_memory_fits(cfg, world, device.is_cuda());
+    check_memory_fits(cfg, world, device);
   } else {
     check_model_buildable(cfg);
   }
@@ -348,7 +369,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   SO_CHECK(position.step <= total_steps, "the checkpoint is at step " << position.step << ", past the "
                                                                      << total_steps << " steps of this run"
                                                                      << hint("raise [training] max_steps to train further"));
-  MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table),
+  MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table, device),
                           layer_names(engine.layers()));
 
   // ---- The loop.
@@ -363,6 +384,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   checkpoints.on_progress([&watchdog](const std::string& what) { watchdog.progress(what); });
   for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
+    reset_device_peak(device);
     const std::string step_name = "step " + std::to_string(step + 1) + ": ";
     watchdog.progress(step_name + "data");
     const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len);
@@ -397,7 +419,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                     .speculation = result.outcome.speculation,
                     .engine = result.engine,
                     .optimizer = result.optimizer,
-                    .peak_gathered_elements = engine.memory().peak_live_numel});
+                    .peak_gathered_elements = engine.memory().peak_live_numel,
+                    .device_peak_bytes = device_peak_bytes(device).value_or(std::nan(""))});
     if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps)) {
       const double elapsed = now_s() - start_s;
       SO_LOG(info) << format_step_line(

@@ -13,14 +13,22 @@
 
 namespace superoffload::zero {
 
+namespace {
+constexpr int64_t kOneRankChunk = int64_t{1} << 25;  // 128 MiB of fp32
+}  // namespace
+
 GradientReducer::GradientReducer(comm::Communicator& comm, BufferCache& buffers, at::Device device,
                                  int64_t bucket_elements)
     : comm_(comm),
       buffers_(buffers),
       device_(device),
-      chunk_per_rank_(std::max<int64_t>(1, bucket_elements / comm.size())),
+      // One rank reduces nothing: its chunks only stage the CPU share's gradient for the copy
+      // to host memory, which needs no large buffer.
+      chunk_per_rank_(std::max<int64_t>(
+          1, comm.size() == 1 ? std::min<int64_t>(bucket_elements, kOneRankChunk) : bucket_elements / comm.size())),
       // Two buckets: one being filled while the one before is reduced.
-      limit_(2 * std::max<int64_t>(bucket_elements, comm.size())) {
+      // Two chunks, each with its send buffer and (for the host part) its staging buffer.
+      limit_(2 * chunk_per_rank_ * (comm.size() > 1 ? comm.size() + 1 : 1)) {
   if (!device_.is_cpu()) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
     copy_stream_ = guard.getStreamFromGlobalPool(device_);

@@ -8,7 +8,7 @@
 // the device part of the gradient (PartitionedLayer::grad_shard) straight from the collective;
 // the host part (host_grad, the CPU optimizer's memory) through a device staging buffer and an
 // asynchronous copy on a copy stream (on a GPU; on the CPU the collective writes it in place).
-// Nothing waits until the buffers in flight would exceed two buckets, or until the caller needs
+// Nothing waits until more than two chunks' buffers would be in flight, or until the caller needs
 // every gradient (finish(), at the end of backward). poll() retires finished chunks without
 // blocking — which is also what advances nonblocking MPI collectives — and returns the layers
 // that are now complete, so the CPU optimizer starts on them while backward goes on.
@@ -16,7 +16,8 @@
 // Accumulation over micro-batches is exact: a later micro-batch adds this rank's accumulated
 // gradient into its own slice of the send buffer, so the collective writes the new sum (on a
 // GPU the host part travels back for it, from pinned memory). One rank: no collective; the
-// device part is written in place, the host part staged and copied as above.
+// device part is written in place, the host part staged (in chunks of at most 2^25 elements)
+// and copied as above.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,33 +1,40 @@
 #!/usr/bin/env bash
-# Memory estimates: `plan` prints per-GPU and per-node host memory for the reference shapes
-# (Llama-3.1-8B on 1 GH200, Llama-3.3-70B on 4), and `train` refuses a run that cannot fit
-# this machine at start-up, before allocating, with the numbers and what would make it fit.
+# Memory estimates: `plan` prints per-GPU and per-node host memory for the seven reference jobs
+# on their GH200 counts (all fit), without a device gradient for the CPU share, and `train`
+# refuses a run that cannot fit this machine at start-up, before allocating, with the numbers
+# and what would make it fit.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
-# config.json of the two models (public hyperparameters; no weights needed for an estimate).
-mkdir -p "$tmp/llama-3.1-8b" "$tmp/llama-3.3-70b"
-common='"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_key_value_heads": 8,
-        "vocab_size": 128256, "tie_word_embeddings": false, "rms_norm_eps": 1e-05, "rope_theta": 500000.0'
-echo "{$common, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32,
-       \"num_attention_heads\": 32}" > "$tmp/llama-3.1-8b/config.json"
-echo "{$common, \"hidden_size\": 8192, \"intermediate_size\": 28672, \"num_hidden_layers\": 80,
-       \"num_attention_heads\": 64}" > "$tmp/llama-3.3-70b/config.json"
-
-out=$("$SO_BIN" plan configs/reference-models/llama-3.1-8b.toml --set model.path="$tmp/llama-3.1-8b" \
-      --nodes 1 --gpus-per-node 1 --gpu-memory 96 --host-memory 480 2>&1) || fail "plan 8B: $out"
+# The seven reference jobs on their GH200 counts (96 GB GPU, 480 GB host per GPU), from the
+# config.json files shipped under configs/models/ (a fresh clone has no model directory).
+for job in llama-3.1-8b:1 qwen3-14b:1 phi-4:1 gpt-oss-20b:1 seed-oss-36b:2 qwen3-30b-a3b:2 llama-3.3-70b:4; do
+  name=${job%%:*} gpus=${job##*:}
+  out=$("$SO_BIN" plan configs/reference-models/$name.toml --nodes 1 --gpus-per-node "$gpus" --gpu-memory 96 \
+        --host-memory $((480 * gpus)) 2>&1) || fail "plan $name on $gpus GH200: $out"
+  expect_contains "$out" "fits (with 5% headroom)" "$name on $gpus GH200"
+  expect_contains "$out" "per GPU:" "$name per-GPU line"
+  expect_contains "$out" "per node, host:" "$name per-node host line"
+  echo "$name on $gpus GH200: $(grep '^per GPU' <<<"$out" | sed 's/.*= //')"
+done
+out=$("$SO_BIN" plan configs/reference-models/llama-3.1-8b.toml --nodes 1 --gpus-per-node 1 2>&1) || fail "plan 8B: $out"
 expect_contains "$out" "8.03B parameters" "8B parameter count"
-expect_contains "$out" "per GPU:" "per-GPU line"
-expect_contains "$out" "per node, host:" "per-node host line"
-out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set model.path="$tmp/llama-3.3-70b" \
-      --nodes 1 --gpus-per-node 4 2>&1) || fail "plan 70B: $out"
+# 70B on 4: the device holds the gradient of its own share only (ratio 0.95: 5% of 17.6B x 4 B).
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --nodes 1 --gpus-per-node 4 2>&1) || fail "plan 70B: $out"
 expect_contains "$out" "70.6B parameters" "70B parameter count"
 expect_contains "$out" "4 rank(s), 4 per node" "70B shape"
-expect_contains "$out" "per node, host:" "per-node host line"
-# The NVMe tier moves the CPU share's master and moments to the drive: far less host memory.
+expect_contains "$out" "gradients (device share) 3.3 GiB" "70B device gradient: the device share only"
 host_of() { sed -n 's/^per rank, host: .* = \([0-9.]*\) GiB.*/\1/p' <<< "$1" | head -1; }
 in_memory=$(host_of "$out")
-out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set model.path="$tmp/llama-3.3-70b" \
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set offload.ratio=1.0 --nodes 1 --gpus-per-node 4 2>&1) \
+  || fail "plan 70B, ratio 1: $out"
+expect_contains "$out" "gradients (device share) 0.0 GiB" "no device gradient when the CPU steps everything"
+# Without room: exit 1 and "does not fit".
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --set offload.ratio=0.5 --nodes 1 --gpus-per-node 4 \
+      --gpu-memory 96 2>&1) && fail "70B with ratio 0.5 fits 96 GB: $out"
+expect_contains "$out" "does not fit" "a plan that does not fit says so"
+# The NVMe tier moves the CPU share's master and moments to the drive: far less host memory.
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml \
       --set offload.device=nvme --set offload.nvme_path=/local_nvme --set zero.sub_group_size=100000000 \
       --nodes 1 --gpus-per-node 4 2>&1) || fail "plan 70B on NVMe: $out"
 expect_contains "$out" "per rank, NVMe: optimizer state" "NVMe line"
@@ -38,7 +45,7 @@ awk -v a="$in_memory" -v b="$on_nvme" 'BEGIN { exit !(b < a / 2) }' \
 
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS
-out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set model.path="$tmp/llama-3.3-70b" \
+out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/llama-3.3-70b \
       --set data.path="$tmp/unused.jsonl" --set training.output_dir="$tmp/run" 2>&1) && fail "the 70B run was accepted"
 expect_contains "$out" "GB of host memory on this node" "the need is stated"
 expect_contains "$out" "available: it would be killed by the out-of-memory killer" "the reason"

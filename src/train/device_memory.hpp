@@ -1,0 +1,24 @@
+// What the accelerator's memory holds, through LibTorch's device-generic allocator interface
+// (no CUDA headers): free and total bytes (cudaMemGetInfo underneath) for the start-up check
+// against the memory plan, and the caching allocator's peak of allocated bytes for
+// metrics.h5's /train/device_peak_bytes. CPU devices have neither.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace superoffload::train {
+
+struct DeviceMemoryInfo {
+  double free_bytes = 0, total_bytes = 0;
+};
+std::optional<DeviceMemoryInfo> device_memory_info(at::Device device);
+
+// The most bytes the caching allocator had handed out since the last reset (its "allocated
+// bytes" peak, what PyTorch's torch.cuda.max_memory_allocated reports); nullopt on the CPU.
+std::optional<double> device_peak_bytes(at::Device device);
+void reset_device_peak(at::Device device);
+
+}  // namespace superoffload::train
