@@ -273,10 +273,49 @@ class Loader {
       c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");
     }
+    warn_ignored(c);
     if (c.config.runtime.comm_backend == CommBackend::nccl && c.config.runtime.device == DeviceKind::cpu) {
       problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +
                           ") needs device = \"cuda\" or \"auto\", not \"cpu\" (" + origin_of(c, "runtime.device") +
                           ") — NCCL works on GPU buffers only");
+    }
+  }
+
+  // Settings given explicitly that this configuration does not read: a warning each, never
+  // silence (the other combinations are read, or are errors above).
+  void warn_ignored(LoadedConfig& c) const {
+    const auto& cfg = c.config;
+    auto ignored = [&](const char* key, bool when, const std::string& because) {
+      if (when && c.origins.count(key)) {
+        c.warnings.push_back(std::string("[") + std::string(key).replace(std::string(key).find('.'), 1, "] ") + " (" +
+                             origin_of(c, key) + ") has no effect: " + because);
+      }
+    };
+    const bool on_device = cfg.offload.device == OffloadDevice::none;
+    for (const char* key : {"offload.ratio", "offload.pin_memory", "offload.cpuadam_cores_perc", "offload.speculation",
+                            "zero.sub_group_size"}) {
+      ignored(key, on_device, "[offload] device = \"none\" steps the whole optimizer on the device");
+    }
+    const bool range_test = cfg.lr_schedule.type == LrScheduleType::lr_range_test;
+    for (const char* key : {"lr_schedule.lr_range_test_min_lr", "lr_schedule.lr_range_test_step_size",
+                            "lr_schedule.lr_range_test_step_rate", "lr_schedule.lr_range_test_staircase"}) {
+      ignored(key, !range_test, "only [lr_schedule] type = \"lr_range_test\" reads it");
+    }
+    for (const char* key : {"lr_schedule.warmup_type", "lr_schedule.warmup_min_lr"}) {
+      ignored(key, range_test, "the LR range test has no warm-up");
+    }
+    ignored("lr_schedule.min_lr", cfg.lr_schedule.type == LrScheduleType::constant || range_test,
+            "only the cosine and linear decays end at min_lr");
+    const bool records = cfg.data.format == DataFormat::hdf5 || cfg.data.format == DataFormat::jsonl;
+    for (const char* key : {"data.prompt_template", "data.prompt_template_no_input"}) {
+      ignored(key, records, "only Alpaca records ([data] format = \"alpaca\" or \"auto\") are rendered with it");
+    }
+    const bool monitors = cfg.metrics.tensorboard || cfg.metrics.csv;
+    for (const char* key : {"metrics.output_path", "metrics.job_name"}) {
+      ignored(key, !monitors, "set [metrics] tensorboard or csv = true to write DeepSpeed's monitors");
+    }
+    for (const char* key : {"profile.top_layers", "profile.output_file"}) {
+      ignored(key, cfg.profile.step == 0, "[profile] step = 0 profiles nothing");
     }
   }
 

@@ -6,8 +6,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -62,13 +64,36 @@ void sync_path(const fs::path& path) {
 
 void write_file_atomically(const fs::path& path, const std::string& text) {
   const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    SO_CHECK(out, "cannot write " << temporary.string() << hint("check free space and permissions"));
+  // POSIX calls, each checked: a full disk shows in write(), fsync() or close() (NFS), and the
+  // message says which and why. A temporary left by a failure is removed.
+  auto fail = [&](const char* what) {
+    const int error = errno;
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    SO_FAIL("cannot write " << temporary.string() << ": " << what << " failed: " << std::strerror(error)
+                            << hint("check free space, quotas and permissions of " + temporary.parent_path().string()));
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open");
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      const int error = errno;
+      ::close(fd);
+      errno = error;
+      fail("write");
+    }
+    done += static_cast<size_t>(n);
   }
-  sync_path(temporary);
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    errno = error;
+    fail("fsync");
+  }
+  if (::close(fd) != 0) fail("close");
   fs::rename(temporary, path);
   sync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }

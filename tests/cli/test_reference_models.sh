@@ -36,10 +36,13 @@ PY
         --set training.train_micro_batch_size_per_gpu=2 --set runtime.device=cpu \
         --set training.output_dir="$tmp/run-$name" --set checkpoint.save_on_exit=false 2>&1) \
     || fail "$name: training failed: $(tail -15 <<<"$log")"
-  "$SO_PYTHON" - "$tmp/run-$name/metrics.h5" <<'PY' || fail "$name: losses not finite"
+  "$SO_PYTHON" - "$tmp/run-$name/metrics.h5" <<'PY' || fail "$name: losses not finite, or a device peak on the CPU"
 import sys, h5py, numpy as np
-loss = h5py.File(sys.argv[1], "r")["train/loss"][...]
+f = h5py.File(sys.argv[1], "r")
+loss = f["train/loss"][...]
 assert len(loss) == 2 and np.isfinite(loss).all(), loss
+# A CPU run has no device peak (NaN) and no planned device figure.
+assert np.isnan(f["train/device_peak_bytes"][...]).all() and "planned_device_bytes" not in f.attrs
 PY
   count=$((count + 1))
 done

@@ -32,6 +32,19 @@ join <(losses "$cpu") <(losses "$gpu") | awk '
   END { printf "worst relative difference %.2e\n", worst; exit !(worst < 2e-3) }' ||
   fail "GPU losses do not follow the CPU run"
 
+# The device peak of every step is recorded next to the plan (GPU only; NaN on the CPU), and
+# the plan covers it: the tiny model's peak is far below its estimate (the runtime share aside).
+"$SO_PYTHON" - "$tmp/gpu/metrics.h5" "$tmp/cpu/metrics.h5" <<'PY' || fail "device_peak_bytes"
+import sys, h5py, numpy as np
+gpu, cpu = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+peak = gpu["train/device_peak_bytes"][...]
+planned = float(gpu.attrs["planned_device_bytes"])
+assert np.isfinite(peak).all() and (peak > 0).all(), peak
+assert peak.max() <= planned, (peak.max(), planned)
+assert np.isnan(cpu["train/device_peak_bytes"][...]).all() and "planned_device_bytes" not in cpu.attrs
+print(f"device peak {peak.max() / 2**20:.1f} MiB, planned {planned / 2**20:.1f} MiB")
+PY
+
 bf16=$(train bf16 cuda --set precision.bf16=true) || fail "bf16 GPU run exited $?: $bf16"
 first=$(losses "$bf16" | head -1 | cut -d' ' -f2) last=$(losses "$bf16" | tail -1 | cut -d' ' -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' || fail "bf16 on the GPU did not learn: $first -> $last"

@@ -149,6 +149,27 @@ TEST_F(ConfigLoad, MissingFileIsNamed) {
   EXPECT_NE(message.find("nope.toml does not exist"), std::string::npos) << message;
 }
 
+TEST_F(ConfigLoad, SettingsThisConfigurationDoesNotReadAreWarnedAbout) {
+  auto loaded = load_config({write("c.toml", std::string(kRequired) + "[offload]\ndevice = \"none\"\n"), std::nullopt,
+                             {"offload.ratio=0.5", "zero.sub_group_size=1000", "lr_schedule.lr_range_test_step_size=5",
+                              "metrics.job_name=x", "profile.top_layers=3"}},
+                            1);
+  std::string all;
+  for (const auto& w : loaded.warnings) all += w + "\n";
+  for (const char* expected :
+       {"[offload] ratio (--set offload.ratio=0.5) has no effect: [offload] device = \"none\" steps the whole "
+        "optimizer on the device",
+        "[zero] sub_group_size (--set zero.sub_group_size=1000) has no effect",
+        "[lr_schedule] lr_range_test_step_size (--set lr_schedule.lr_range_test_step_size=5) has no effect: only "
+        "[lr_schedule] type = \"lr_range_test\" reads it",
+        "[metrics] job_name (--set metrics.job_name=x) has no effect", "[profile] top_layers (--set profile.top_layers=3) has no effect"}) {
+    EXPECT_NE(all.find(expected), std::string::npos) << expected << " in:\n" << all;
+  }
+  EXPECT_EQ(loaded.warnings.size(), 5u) << all;
+  // Read settings give none.
+  EXPECT_TRUE(load_config({write("c.toml", kRequired), std::nullopt, {"offload.ratio=0.5"}}, 1).warnings.empty());
+}
+
 TEST_F(ConfigLoad, RenamedKeyLoadsUnderItsNewNameWithAWarning) {
   auto loaded = load_config({write("c.toml", std::string(kRequired) + "[training]\nwarmup_steps = 3\n"), std::nullopt,
                              {}},
