@@ -104,6 +104,7 @@ struct CheckpointConfig {
   bool auto_resume = true;
   bool async_save = false;
   bool accept_changed_settings = false;  // resume although data, seq_len, seed, shuffle or precision changed
+  bool verify_from_disk = false;  // rank files' CRCs read back from the drive, not the page cache
 };
 
 // One step profiled layer by layer (DeepSpeed's flops_profiler).

@@ -227,6 +227,11 @@ std::vector<Section> build_schema() {
           "Resume from a checkpoint although [data] path (or the file's size), seq_len, shuffle, packing, "
           "[training] seed or [precision] bf16 changed since it was written, with a warning per change. By default "
           "such a resume is refused: it would continue another run under this one's name.");
+    b.add("verify_from_disk", &CheckpointConfig::verify_from_disk,
+          "After each rank file's fsync, drop its pages from the page cache and read it back from the drive, so "
+          "that the CRC32Cs in DONE are those of the bytes on the device (false: read back from the page cache "
+          "while fsync runs, which checks the write path at no cost in bandwidth). Costs a read of every "
+          "checkpoint at the drive's speed.");
   }
   {
     SectionBuilder<MetricsConfig> b(s, "metrics", "<output_dir>/metrics.h5, written by rank 0.", &Config::metrics);

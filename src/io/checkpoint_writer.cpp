@@ -28,7 +28,8 @@ fs::path partial_of(const fs::path& path) { return path.string() + ".partial"; }
 // The rank file's datasets: per layer the three fp32 arrays and the step count, then the
 // header and the rank's blobs. Written under a temporary name, renamed when complete.
 WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
-                       const RankBlobs& rank_blobs, const std::function<void(const std::string&)>& progress) {
+                       const RankBlobs& rank_blobs, const std::function<void(const std::string&)>& progress,
+                       ReadBack read_back_from) {
   std::vector<DatasetSource> datasets;
   for (size_t l = 0; l < shards.size(); ++l) {
     const auto& s = shards[l];
@@ -45,7 +46,7 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::
     if (!bytes.empty()) datasets.push_back({name, ElementType::u8, bytes.data(), bytes.size()});
   }
   const fs::path partial = partial_of(path);
-  const auto written = write_rank_file(partial, datasets, progress);
+  const auto written = write_rank_file(partial, datasets, progress, read_back_from);
   fs::rename(partial, path);
   return written;
 }
@@ -75,7 +76,8 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::
 
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
-                           MPI_Comm comm, const std::function<void(const std::string&)>& progress) {
+                           MPI_Comm comm, const std::function<void(const std::string&)>& progress,
+                           ReadBack read_back_from) {
   const double start_s = base::now_s();
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -104,7 +106,7 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   const fs::path mine = result.directory / rank_file_name(rank);
   WrittenFile written;
   try {
-    written = write_rank(mine, step, rank, shards, rank_blobs, progress);
+    written = write_rank(mine, step, rank, shards, rank_blobs, progress, read_back_from);
   } catch (const std::exception& e) {
     throw_save_failed(root, result.directory, mine, e.what());
   }

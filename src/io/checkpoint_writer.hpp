@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "io/rank_file.hpp"
+
 namespace superoffload::io {
 
 // One layer's shard state on the host, as the optimizer keeps it.
@@ -41,8 +43,10 @@ using RankBlobs = std::map<std::string, std::vector<uint8_t>>;
 // Collective over `comm`. `manifest` (rank 0's is used) gets format_version, step and
 // world_size added. `keep_last` <= 0 keeps everything. `progress` (optional) hears what is
 // being written, layer by layer, so a watchdog knows a long save is alive.
+// `read_back_from`: where each rank file's CRCs are read back from (rank_file.hpp).
 SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
-                           MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr);
+                           MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr,
+                           ReadBack read_back_from = ReadBack::page_cache);
 
 }  // namespace superoffload::io

@@ -139,7 +139,7 @@ uint32_t read_back(const fs::path& path, const std::vector<Block>& blocks, uint6
 }  // namespace
 
 WrittenFile write_rank_file(const fs::path& path, const std::vector<DatasetSource>& datasets,
-                            const std::function<void(const std::string&)>& progress) {
+                            const std::function<void(const std::string&)>& progress, ReadBack read_back_from) {
   // HDF5 lays out every dataset first; the data is written afterwards through a second
   // descriptor, into space HDF5 reserved and never touches again.
   // Metadata gathered at the start of the file: a reader from a cold cache then finds it in a
@@ -175,6 +175,13 @@ WrittenFile write_rank_file(const fs::path& path, const std::vector<DatasetSourc
            path.string() << " is shorter than the data written to it");
 
   if (progress) progress("syncing and reading back " + path.filename().string());
+  if (read_back_from == ReadBack::device) {
+    SO_CHECK_SYS(::fsync(out.get()), "fsync of " << path.string());
+    // Clean after fsync, the pages can be dropped: the read-back below then comes from the drive.
+    ::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
+    out.close();
+    return {file_bytes, read_back(path, blocks, file_bytes)};
+  }
   int sync_errno = 0;
   std::thread sync([&] {
     if (::fsync(out.get()) != 0) sync_errno = errno;

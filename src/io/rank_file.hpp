@@ -37,12 +37,19 @@ struct WrittenFile {
   uint32_t crc32c = 0;  // of the whole file, as read back
 };
 
+// Where the read-back after a write comes from. page_cache: the file's pages as the kernel
+// holds them, read while fsync pushes them to the drive (the write path checked at no cost in
+// bandwidth). device: after fsync, the file's (clean) pages are dropped from the cache and the
+// read-back comes from the drive itself: the CRCs are those of the bytes on the device, at the
+// cost of reading every file once more ([checkpoint] verify_from_disk).
+enum class ReadBack { page_cache, device };
+
 // Writes `datasets` to `path` (created or truncated), then fsyncs it and reads it back whole:
 // every block must match the CRC32C taken of it in memory, or this throws naming the dataset.
-// The read-back runs while fsync pushes the pages to the disk. `progress` (optional) hears
-// each dataset as it is written.
+// `progress` (optional) hears each dataset as it is written.
 WrittenFile write_rank_file(const std::filesystem::path& path, const std::vector<DatasetSource>& datasets,
-                            const std::function<void(const std::string&)>& progress = nullptr);
+                            const std::function<void(const std::string&)>& progress = nullptr,
+                            ReadBack read_back_from = ReadBack::page_cache);
 
 class RankFileReader {
  public:

@@ -136,7 +136,9 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
                 progress = std::move(progress)]() mutable {
     const auto result = io::save_checkpoint(root_, step, views, blobs, manifest, config_.checkpoint.keep_last,
                                             background ? writer_comm_ : world_.world(),
-                                            background ? std::function<void(const std::string&)>() : progress);
+                                            background ? std::function<void(const std::string&)>() : progress,
+                                            config_.checkpoint.verify_from_disk ? io::ReadBack::device
+                                                                                : io::ReadBack::page_cache);
     if (world_.rank() != 0) return;
     if (result.already_saved) {
       SO_LOG(debug) << "checkpoint " << result.directory.string() << " exists already";

@@ -2,6 +2,8 @@
 // back whole and in slices (the resharding case), by one thread and by several, with
 // corruption in a dataset's bytes named.
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "base/error.hpp"
@@ -95,6 +99,43 @@ TEST_P(RankFile, ReadsBackWholeAndInSlices) {
   // Any HDF5 reader reads it as an ordinary dataset.
   const auto file = io::Hdf5File::open_read((dir / "r.h5").string());
   EXPECT_EQ(file.read_float("layers/00000/master").values, values);
+  fs::remove_all(dir);
+}
+
+// Bytes this process has had the block layer fetch from storage (/proc/self/io read_bytes);
+// nullopt where the kernel does not account them.
+std::optional<uint64_t> storage_read_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "read_bytes:") return value;
+  }
+  return std::nullopt;
+}
+
+// [checkpoint] verify_from_disk: the read-back comes from the drive (the pages are dropped after
+// fsync), so the process reads the whole file from storage; page_cache reads none of it there.
+TEST(RankFileReadBack, FromTheDeviceReadsTheDrive) {
+  const auto dir = scratch_dir("device");
+  struct statfs fs_info {};
+  if (statfs(dir.c_str(), &fs_info) != 0 || fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == OVERLAYFS_SUPER_MAGIC ||
+      !storage_read_bytes()) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << dir << " is not on a block device whose reads this process can count";
+  }
+  const uint64_t count = uint64_t{16} << 20;  // 64 MiB
+  std::vector<float> values(count, 1.5f);
+  const std::vector<io::DatasetSource> datasets{{"layers/00000/master", io::ElementType::f32, values.data(), count}};
+  const uint64_t before_cache = *storage_read_bytes();
+  io::write_rank_file(dir / "cached.h5", datasets);
+  const uint64_t from_cache = *storage_read_bytes() - before_cache;
+  const uint64_t before_device = *storage_read_bytes();
+  const auto written = io::write_rank_file(dir / "device.h5", datasets, nullptr, io::ReadBack::device);
+  const uint64_t from_device = *storage_read_bytes() - before_device;
+  EXPECT_EQ(written.crc32c, io::file_crc32c(dir / "device.h5"));
+  EXPECT_GE(from_device, written.bytes * 9 / 10) << "read from storage: " << from_device << " of " << written.bytes;
+  EXPECT_LT(from_cache, written.bytes / 10) << "the page-cache read-back read " << from_cache << " bytes from storage";
   fs::remove_all(dir);
 }
 
