@@ -38,7 +38,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     : model_(std::move(model)),
       comm_(comm),
       options_(options),
-      // Two gathered layers (the current one and a prefetch) and a gradient buffer in flight,
+      // Two gathered layers (the current one and a prefetch) and the reducer's buffers in flight,
       // with room for the embedding and the head, whose sizes differ from the blocks'.
       buffers_(options.device.is_cpu(), 6),
       reducer_(comm, buffers_, options.device, options.reduce_bucket_size) {

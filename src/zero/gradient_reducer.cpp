@@ -26,8 +26,8 @@ GradientReducer::GradientReducer(comm::Communicator& comm, BufferCache& buffers,
       // to host memory, which needs no large buffer.
       chunk_per_rank_(std::max<int64_t>(
           1, comm.size() == 1 ? std::min<int64_t>(bucket_elements, kOneRankChunk) : bucket_elements / comm.size())),
-      // Two buckets: one being filled while the one before is reduced.
-      // Two chunks, each with its send buffer and (for the host part) its staging buffer.
+      // Two chunks, one being filled while the one before is reduced, each with its send buffer
+      // and (for the host part) its staging buffer.
       limit_(2 * chunk_per_rank_ * (comm.size() > 1 ? comm.size() + 1 : 1)) {
   if (!device_.is_cpu()) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
