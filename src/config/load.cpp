@@ -286,10 +286,10 @@ class Loader {
   void warn_ignored(LoadedConfig& c) const {
     const auto& cfg = c.config;
     auto ignored = [&](const char* key, bool when, const std::string& because) {
-      if (when && c.origins.count(key)) {
-        c.warnings.push_back(std::string("[") + std::string(key).replace(std::string(key).find('.'), 1, "] ") + " (" +
-                             origin_of(c, key) + ") has no effect: " + because);
-      }
+      if (!when || !c.origins.count(key)) return;
+      std::string name = key;  // "offload.ratio" -> "[offload] ratio"
+      name.replace(name.find('.'), 1, "] ");
+      c.warnings.push_back("[" + name + " (" + origin_of(c, key) + ") has no effect: " + because);
     };
     const bool on_device = cfg.offload.device == OffloadDevice::none;
     for (const char* key : {"offload.ratio", "offload.pin_memory", "offload.cpuadam_cores_perc", "offload.speculation",

@@ -125,7 +125,6 @@ void GradientReducer::launch(size_t index, PartitionedLayer& layer, const std::v
   }
   if (!direct) chunk.copied = copy_to_host(chunk.work.get(), chunk.staging, target);
   in_flight_elements_ += elements;
-  peak_in_flight_ = std::max(peak_in_flight_, in_flight_elements_);
   ++outstanding_[index];
   in_flight_.push_back(std::move(chunk));
 }

@@ -48,8 +48,6 @@ class GradientReducer {
   std::vector<size_t> finish();
   // Seconds blocked waiting for collectives or copies since the last call (then reset).
   double take_wait_seconds();
-  // Elements of send and staging buffers in flight at most, since construction.
-  int64_t peak_in_flight() const { return peak_in_flight_; }
 
  private:
   struct Chunk {
@@ -78,7 +76,7 @@ class GradientReducer {
   std::deque<Chunk> in_flight_;
   std::vector<int64_t> outstanding_;  // chunks in flight per layer
   std::vector<size_t> complete_;      // layers completed since the last poll/finish
-  int64_t in_flight_elements_ = 0, peak_in_flight_ = 0;
+  int64_t in_flight_elements_ = 0;
   double wait_s_ = 0;
 };
 

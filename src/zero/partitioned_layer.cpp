@@ -39,6 +39,7 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
   grad_split_ = layout_.shard_numel();
   grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
+  host_grad_ = at::empty({0}, at::kFloat);
   unbind();
   if (persistent_) {
     gather_async();
@@ -119,7 +120,7 @@ void PartitionedLayer::place_gradient(int64_t split, at::Tensor host) {
            "the host gradient of a layer must be a contiguous fp32 host tensor of " << host_numel << " elements");
   grad_split_ = split;
   grad_shard_ = at::zeros({split}, options_.dtype(at::kFloat));
-  host_grad_ = host_numel > 0 ? std::move(host) : at::Tensor();
+  host_grad_ = host_numel > 0 ? std::move(host) : at::empty({0}, at::kFloat);
   grad_stale_ = true;
 }
 
@@ -143,7 +144,7 @@ void PartitionedLayer::clear_gradients() {
 at::Tensor& PartitionedLayer::grad_shard() {
   if (grad_stale_) {
     grad_shard_.zero_();
-    if (host_grad_.defined()) host_grad_.zero_();
+    host_grad_.zero_();
     grad_stale_ = false;
   }
   return grad_shard_;
@@ -151,7 +152,6 @@ at::Tensor& PartitionedLayer::grad_shard() {
 
 at::Tensor& PartitionedLayer::host_grad() {
   grad_shard();  // zeroes both parts when stale
-  if (!host_grad_.defined()) host_grad_ = at::empty({0}, at::kFloat);
   return host_grad_;
 }
 

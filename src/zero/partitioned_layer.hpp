@@ -91,7 +91,7 @@ class PartitionedLayer {
   at::Tensor gathered_;                 // [padded] compute dtype, while live
   at::Tensor gathering_buffer_;         // the buffer an all-gather in flight writes
   at::Tensor grad_shard_;               // [split] fp32, on the device
-  at::Tensor host_grad_;                // [shard - split] fp32, host memory (undefined: none)
+  at::Tensor host_grad_;                // [shard - split] fp32, host memory (empty: none)
   int64_t grad_split_ = 0;
   bool grad_stale_ = true;              // the gradient holds an earlier step's values: overwrite
   std::unique_ptr<comm::Work> pending_;
