@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "model/hf_config.hpp"
+#include "zero/gradient_reducer.hpp"
 
 namespace superoffload::train {
 
@@ -103,7 +104,8 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double total = static_cast<double>(m.parameters);
   const double bucket = static_cast<double>(cfg.zero.reduce_bucket_size);
   const double in_flight = ranks > 1 ? std::min(2 * bucket * (1 + 1.0 / ranks), total)
-                                     : std::min(2 * std::min(bucket, 33554432.0), total * cpu_share);
+                                     : std::min(2 * std::min(bucket, static_cast<double>(zero::GradientReducer::kOneRankChunk)),
+                                                total * cpu_share);
   p.device_reduce_bytes = compute_bytes * largest + 4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
   const double tokens = micro * static_cast<double>(cfg.data.seq_len);

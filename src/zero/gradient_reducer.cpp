@@ -13,9 +13,6 @@
 
 namespace superoffload::zero {
 
-namespace {
-constexpr int64_t kOneRankChunk = int64_t{1} << 25;  // 128 MiB of fp32
-}  // namespace
 
 GradientReducer::GradientReducer(comm::Communicator& comm, BufferCache& buffers, at::Device device,
                                  int64_t bucket_elements)

@@ -37,6 +37,10 @@ namespace superoffload::zero {
 
 class GradientReducer {
  public:
+  // One rank: the largest chunk (elements) that stages the CPU share's gradient for its copy to
+  // host memory (128 MiB of fp32); the memory plan counts two of them.
+  static constexpr int64_t kOneRankChunk = int64_t{1} << 25;
+
   // `bucket_elements`: [zero] reduce_bucket_size. Buffers come from `buffers` (the engine's).
   GradientReducer(comm::Communicator& comm, BufferCache& buffers, at::Device device, int64_t bucket_elements);
 
