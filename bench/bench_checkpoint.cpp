@@ -6,13 +6,18 @@
 //   read    what a resume does (the structure check, then every rank's shards read and
 //           checked against their CRC32Cs) against read() of that file, with a warm page
 //           cache and a cold one (dropped with /proc/sys/vm/drop_caches before each read; a
-//           run that may not drop it says so and measures warm only);
+//           run that may not drop it says so and measures warm only). Both read into
+//           arrays the size of the state, one per dataset, as a resume reads into the
+//           optimizer's tensors; --into buffer reads every dataset into one reused buffer
+//           instead (the figures of earlier sessions), which flatters the plain read: a
+//           buffer smaller than the last-level cache takes the copies without going to memory;
 //   verify  what `inspect` does: every rank file's whole-file CRC32C, in GB/s per rank.
 // Rounds are interleaved (plain, checkpoint, plain, …) and each ratio is the median of the
 // rounds' ratios. Prints the CPU model; the last lines are
 //   summary: ranks=N cache=warm|cold write_ratio=… read_ratio=… verify_gb_s_per_rank=…
 //
-//   mpirun -np 1|2 build/bin/bench_checkpoint [--gb 1] [--rounds 3] [--dir /tmp/so_bench_ckpt] [--threads T] [--verbose]
+//   mpirun -np 1|2 build/bin/bench_checkpoint [--gb 1] [--rounds 3] [--dir /tmp/so_bench_ckpt] [--threads T]
+//                                             [--into state|buffer] [--verbose]
 //   (--threads: the reader's threads per rank; default the CPUs the rank may run on)
 #include <fcntl.h>
 #include <mpi.h>
@@ -31,6 +36,7 @@
 #include "io/checkpoint_files.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
+#include "io/crc32c.hpp"
 
 namespace io = superoffload::io;
 using superoffload::base::now_s;
@@ -100,14 +106,27 @@ int main(int argc, char** argv) {
   double gigabytes = 1.0;
   int rounds = 3;
   bool verbose = false;
-  std::string dir = "/tmp/so_bench_ckpt";
+  std::string dir = "/tmp/so_bench_ckpt", into = "state";
+  int threads_asked = 0;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--verbose") == 0) verbose = true;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--gb") == 0) gigabytes = std::stod(argv[i + 1]);
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::stoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--verbose") == 0) {
+      verbose = true;
+    } else if (has_value && std::strcmp(argv[i], "--gb") == 0) {
+      gigabytes = std::stod(argv[++i]);
+    } else if (has_value && std::strcmp(argv[i], "--rounds") == 0) {
+      rounds = std::stoi(argv[++i]);
+    } else if (has_value && std::strcmp(argv[i], "--dir") == 0) {
+      dir = argv[++i];
+    } else if (has_value && std::strcmp(argv[i], "--threads") == 0) {
+      threads_asked = std::stoi(argv[++i]);
+    } else if (has_value && std::strcmp(argv[i], "--into") == 0 &&
+               (std::strcmp(argv[i + 1], "state") == 0 || std::strcmp(argv[i + 1], "buffer") == 0)) {
+      into = argv[++i];
+    } else {
+      std::fprintf(stderr, "bench_checkpoint: unknown or incomplete argument %s (see the header of bench_checkpoint.cpp)\n", argv[i]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
   }
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -134,16 +153,16 @@ int main(int argc, char** argv) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   int threads = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--threads") == 0) threads = std::stoi(argv[i + 1]);
-  }
+  if (threads_asked > 0) threads = threads_asked;
 
   const std::string plain = dir + "/plain_" + std::to_string(rank) + ".bin";
-  std::vector<float> buffer(static_cast<size_t>(per_layer));
+  // Where the reads go: array a of `restored`, or the one buffer for all of them.
+  std::vector<std::vector<float>> restored(into == "state" ? state.size() : 1, std::vector<float>(static_cast<size_t>(per_layer)));
+  auto destination = [&](size_t a) { return restored[into == "state" ? a : 0].data(); };
   auto plain_read = [&] {
     const int fd = open_or_abort(plain, O_RDONLY);
     for (size_t a = 0; a < state.size(); ++a) {
-      transfer_all(fd, reinterpret_cast<char*>(buffer.data()), buffer.size() * sizeof(float), false);
+      transfer_all(fd, reinterpret_cast<char*>(destination(a)), static_cast<size_t>(per_layer) * sizeof(float), false);
     }
     ::close(fd);
   };
@@ -156,8 +175,9 @@ int main(int argc, char** argv) {
     }
     io::CheckpointReader reader(saved, threads);
     for (int l = 0; l < kLayers; ++l) {
+      size_t a = 3 * static_cast<size_t>(l);
       for (const char* field : {"master", "exp_avg", "exp_avg_sq"}) {
-        reader.read(static_cast<size_t>(l), field, rank * per_layer, per_layer, buffer.data());
+        reader.read(static_cast<size_t>(l), field, rank * per_layer, per_layer, destination(a++));
       }
     }
   };
@@ -205,6 +225,7 @@ int main(int argc, char** argv) {
   // The data read back is the data written (outside the timed reads).
   bool equal = true;
   {
+    std::vector<float> buffer(static_cast<size_t>(per_layer));
     io::CheckpointReader reader(saved);
     for (int l = 0; l < kLayers; ++l) {
       int f = 0;
@@ -220,9 +241,12 @@ int main(int argc, char** argv) {
 
   if (rank == 0) {
     const double per_rank = gb / world;
-    std::printf("cpu: %s; CRC32C by ISA-L\n", bench::cpu_model().c_str());
-    std::printf("state: %.2f GB over %d rank(s), %d layers, in %s; %d rounds, medians; reader threads per rank: %d\n",
-                gb, world, kLayers, dir.c_str(), rounds, threads);
+    std::printf("cpu: %s; CRC32C by ISA-L, reads from the page cache by %s\n", bench::cpu_model().c_str(),
+                io::crc32c_copy_method());
+    std::printf("state: %.2f GB over %d rank(s), %d layers, in %s; %d rounds, medians; reader threads per rank: %d; "
+                "reads into %s\n",
+                gb, world, kLayers, dir.c_str(), rounds, threads,
+                into == "state" ? "arrays the size of the state" : "one reused buffer");
     auto rates = [&](const char* what, const Rounds& rounds_of) {
       const double plain_s = bench::median(rounds_of.plain_s), checkpoint_s = bench::median(rounds_of.checkpoint_s);
       std::printf("%-12s checkpoint %6.2f GB/s (%.2f s), plain %6.2f GB/s (%.2f s) -> ratio %.2f\n", what, gb / checkpoint_s,

@@ -64,6 +64,9 @@ class RankFileReader {
   // Elements [begin, begin + count) of `dataset` into `out`, each block checked against its
   // CRC32C; a mismatch throws naming the file, the dataset and the bytes.
   void read(const std::string& dataset, uint64_t begin, uint64_t count, void* out);
+  // Whether the file was wholly in the page cache at open: reads then copy and checksum from
+  // a mapping of it in one pass; otherwise they stream it with pread and check behind.
+  bool reads_from_page_cache() const { return cached_; }
 
  private:
   struct Layout {
