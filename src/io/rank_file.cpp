@@ -203,21 +203,22 @@ WrittenFile write_rank_file(const fs::path& path, const std::vector<DatasetSourc
   return written;
 }
 
-RankFileReader::RankFileReader(const fs::path& path, int threads)
-    : path_(path), file_(Hdf5File::open_read(path.string())), threads_(threads) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+RankFileReader::Descriptor::Descriptor(const fs::path& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
   SO_CHECK_SYS(fd_, "opening " << path.string());
-  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a larger read-ahead window
-  // Asked once, for the whole file, before any read: read-ahead soon puts parts of a file
-  // being read from the disk into the cache, and a read planned for the cache then competes
-  // with it.
-  struct stat status{};
-  cached_ = ::fstat(fd_, &status) == 0 && resident(0, static_cast<uint64_t>(status.st_size));
+  // No POSIX_FADV_SEQUENTIAL: with it (twice the read-ahead window) cold reads ran at 0.81-0.84
+  // of plain read, without it at 0.89-0.90 (bench_checkpoint, 1 rank, back to back), the
+  // second dataset taking 13-19 ms instead of 6.
 }
 
-RankFileReader::~RankFileReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RankFileReader::Descriptor::~Descriptor() { ::close(fd_); }
+
+RankFileReader::RankFileReader(const fs::path& path, int threads)
+    : path_(path),
+      data_(path),
+      fd_(data_.get()),
+      cached_(wholly_cached(fd_)),
+      file_(Hdf5File::open_read(path.string())),
+      threads_(threads) {}
 
 const RankFileReader::Layout& RankFileReader::layout(const std::string& dataset) {
   if (const auto it = layouts_.find(dataset); it != layouts_.end()) return it->second;
@@ -232,22 +233,25 @@ const RankFileReader::Layout& RankFileReader::layout(const std::string& dataset)
   return layouts_.emplace(dataset, std::move(layout)).first->second;
 }
 
-bool RankFileReader::resident(uint64_t offset, uint64_t bytes) const {
+bool RankFileReader::wholly_cached(int fd) {
+  // Asked once, for the whole file, before any read: read-ahead soon puts parts of a file
+  // being read from the disk into the cache, and a read planned for the cache then competes
+  // with it.
   // cachestat(2) (Linux 6.5) counts cached pages without reading or mapping anything: a
   // probing read would start the disk where it is not wanted, and mincore needs a mapping,
   // whose set-up and removal slowed the reads from disk that followed it by a third. Older
   // kernels answer ENOSYS, and the data is then read as if from the disk.
+  struct stat file{};
+  if (::fstat(fd, &file) != 0) return false;
   struct {
     uint64_t offset, length;
-  } range{offset, bytes};
+  } range{0, static_cast<uint64_t>(file.st_size)};
   struct {
     uint64_t cached, dirty, writeback, evicted, recently_evicted;
   } status{};
   constexpr long kCachestat = 451;  // the same number on every architecture
-  if (::syscall(kCachestat, fd_, &range, &status, 0) != 0) return false;
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t pages = (offset + bytes + page - 1) / page - offset / page;
-  return status.cached >= pages;
+  return ::syscall(kCachestat, fd, &range, &status, 0) == 0 && status.cached >= (range.length + page - 1) / page;
 }
 
 uint64_t RankFileReader::count(const std::string& dataset) {
@@ -351,7 +355,7 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
     return;
   }
   // From the disk: blocks read in order, one sequential stream that the kernel's read-ahead
-  // (widened at open) keeps ahead. Checking them in line would leave the disk idle for a
+  // keeps ahead. Checking them in line would leave the disk idle for a
   // seventh of the time: a second thread checks each block once it is in place, whatever
   // the rank's core count (it mostly waits, as the reader does). Requests of several blocks:
   // with 4 MiB requests the stream ran 5% slower than with 16 MiB ones (medians of 5 rounds,

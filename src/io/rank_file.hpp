@@ -55,7 +55,6 @@ class RankFileReader {
  public:
   // `threads`: how many threads a read may use (reading and checking blocks in parallel).
   explicit RankFileReader(const std::filesystem::path& path, int threads = 1);
-  ~RankFileReader();
   RankFileReader(const RankFileReader&) = delete;
   RankFileReader& operator=(const RankFileReader&) = delete;
 
@@ -75,14 +74,27 @@ class RankFileReader {
     std::vector<uint32_t> crcs;
   };
   const Layout& layout(const std::string& dataset);
-  // Whether bytes [offset, offset + bytes) of the file are all in the page cache (false when
-  // the kernel cannot tell).
-  bool resident(uint64_t offset, uint64_t bytes) const;
+  // Whether the whole file behind `fd` is in the page cache (false when the kernel cannot tell).
+  static bool wholly_cached(int fd);
+  // The descriptor the data is read through; closed with the reader, and also when HDF5's
+  // open fails after it was opened.
+  class Descriptor {
+   public:
+    explicit Descriptor(const std::filesystem::path& path);
+    ~Descriptor();
+    Descriptor(const Descriptor&) = delete;
+    Descriptor& operator=(const Descriptor&) = delete;
+    int get() const { return fd_; }
+
+   private:
+    int fd_;
+  };
   std::filesystem::path path_;
+  Descriptor data_;
+  int fd_;                // data_.get()
+  bool cached_;           // the whole file was in the page cache at open
   Hdf5File file_;
-  int fd_ = -1;
   int threads_ = 1;
-  bool cached_ = false;  // the whole file was in the page cache at open
   std::map<std::string, Layout> layouts_;
 };
 
