@@ -2,7 +2,8 @@
 // other) whose datasets are 1-D and contiguous, and whose bytes do not pass through HDF5. HDF5
 // lays out the structure (datasets allocated at creation, never filled, metadata checksummed
 // by HDF5's 1.10 format); the data goes from the caller's buffers to its file offsets with
-// pwrite, and comes back with pread straight into the destination. Each dataset carries the
+// pwrite, and comes back straight into the destination: with pread from the drive, or copied
+// out of a mapping of the page cache and checksummed in the same pass. Each dataset carries the
 // CRC32C of every block of `crc32c_block_bytes` bytes as its attribute `crc32c`, so a reader
 // verifies exactly what it reads, a slice of a dataset included (resharding), at the cost of
 // the blocks at its two ends.
@@ -53,7 +54,8 @@ WrittenFile write_rank_file(const std::filesystem::path& path, const std::vector
 
 class RankFileReader {
  public:
-  // `threads`: how many threads a read may use (reading and checking blocks in parallel).
+  // `threads`: how many threads a read from the page cache may use (each copies and checks a
+  // share of the blocks); a read from the drive is one stream, with one thread checking behind.
   explicit RankFileReader(const std::filesystem::path& path, int threads = 1);
   RankFileReader(const RankFileReader&) = delete;
   RankFileReader& operator=(const RankFileReader&) = delete;
