@@ -13,7 +13,8 @@
 //           buffer smaller than the last-level cache takes the copies without going to memory;
 //   verify  what `inspect` does: every rank file's whole-file CRC32C, in GB/s per rank.
 // Rounds are interleaved, plain first in even rounds and the checkpoint first in odd ones,
-// and each ratio is the median of the rounds' ratios (run an even number of rounds). Prints the CPU model; the last lines are
+// and each ratio is the median of the rounds' ratios (run an even number of rounds). Prints
+// the CPU model and how reads are checksummed; the last lines are
 //   summary: ranks=N cache=warm|cold write_ratio=… read_ratio=… verify_gb_s_per_rank=…
 //
 //   mpirun -np 1|2 build/bin/bench_checkpoint [--gb 1] [--rounds 4] [--dir /tmp/so_bench_ckpt] [--threads T]
@@ -204,13 +205,13 @@ int main(int argc, char** argv) {
     // 1.08 with the checkpoint always first, 4 GB at 2 ranks), so the order alternates and
     // the median spans both.
     const bool plain_first = r % 2 == 0;
-    auto pair = [&](Rounds& into, auto&& plain_work, auto&& checkpoint_work, bool cold) {
+    auto pair = [&](Rounds& times, auto&& plain_work, auto&& checkpoint_work, bool cold) {
       for (int turn = 0; turn < 2; ++turn) {
         if (cold) drop_page_cache(rank);
         if ((turn == 0) == plain_first) {
-          into.plain_s.push_back(collective_seconds(plain_work));
+          times.plain_s.push_back(collective_seconds(plain_work));
         } else {
-          into.checkpoint_s.push_back(collective_seconds(checkpoint_work));
+          times.checkpoint_s.push_back(collective_seconds(checkpoint_work));
         }
       }
     };
