@@ -17,6 +17,7 @@
 #include "base/check_sys.hpp"
 #include "base/error.hpp"
 #include "io/crc32c.hpp"
+#include "io/descriptor.hpp"
 #include "io/mapped_range.hpp"
 
 namespace superoffload::io {
@@ -49,29 +50,6 @@ uint64_t block_bytes_for(uint64_t bytes) {
   while (bytes > block * 8192) block *= 2;
   return block;
 }
-
-class Descriptor {
- public:
-  Descriptor(const fs::path& path, int flags) : path_(path), fd_(::open(path.c_str(), flags | O_CLOEXEC)) {
-    SO_CHECK_SYS(fd_, "opening " << path.string());
-  }
-  ~Descriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  int get() const { return fd_; }
-  // Closes now and checks the result (NFS and some quotas report write errors only here).
-  void close() {
-    const int fd = fd_;
-    fd_ = -1;
-    SO_CHECK_SYS(::close(fd), "closing " << path_.string());
-  }
-
- private:
-  fs::path path_;
-  int fd_;
-};
 
 void write_at(int fd, const char* data, uint64_t size, uint64_t offset, const fs::path& path) {
   while (size > 0) {
@@ -203,20 +181,13 @@ WrittenFile write_rank_file(const fs::path& path, const std::vector<DatasetSourc
   return written;
 }
 
-RankFileReader::Descriptor::Descriptor(const fs::path& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-  SO_CHECK_SYS(fd_, "opening " << path.string());
-  // No POSIX_FADV_SEQUENTIAL: with it (twice the read-ahead window) cold reads ran at 0.81-0.84
-  // of plain read, without it at 0.89-0.90 (bench_checkpoint, 1 rank, back to back), the
-  // second dataset taking 13-19 ms instead of 6.
-}
-
-RankFileReader::Descriptor::~Descriptor() { ::close(fd_); }
-
+// No POSIX_FADV_SEQUENTIAL on the data's descriptor: with it (twice the read-ahead window) cold
+// reads ran at 0.81-0.84 of plain read, without it at 0.89-0.90 (bench_checkpoint, 1 rank, back
+// to back), the second dataset taking 13-19 ms instead of 6.
 RankFileReader::RankFileReader(const fs::path& path, int threads)
     : path_(path),
-      data_(path),
-      fd_(data_.get()),
-      cached_(wholly_cached(fd_)),
+      data_(path, O_RDONLY),
+      cached_(wholly_cached(data_.get())),
       file_(Hdf5File::open_read(path.string())),
       threads_(threads) {}
 
@@ -291,7 +262,7 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
   auto read_partly = [&](uint64_t block) {
     const auto [block_begin, block_end] = range_of(block);
     scratch.resize(block_end - block_begin);
-    read_at(fd_, scratch.data(), scratch.size(), l.extent.offset + block_begin, path_);
+    read_at(data_.get(), scratch.data(), scratch.size(), l.extent.offset + block_begin, path_);
     check(block, scratch.data());
     const uint64_t from = std::max(block_begin, first), to = std::min(block_end, last);
     std::memcpy(destination + (from - first), scratch.data() + (from - block_begin), to - from);
@@ -324,7 +295,7 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
         std::vector<uint32_t> crcs(std::min(window_blocks, to - from));
         for (uint64_t first_block = from; first_block < to; first_block += window_blocks) {
           const uint64_t last_block = std::min(to, first_block + window_blocks);
-          const auto mapping = MappedRange::map(fd_, l.extent.offset + first_block * l.block_bytes,
+          const auto mapping = MappedRange::map(data_.get(), l.extent.offset + first_block * l.block_bytes,
                                                 bytes_of(first_block, last_block));
           const bool copied = mapping && copy_from_mapping([&] {
             for (uint64_t block = first_block; block < last_block; ++block) {
@@ -336,7 +307,7 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
             if (copied) {
               verify(block, crcs[block - first_block]);
             } else {
-              read_at(fd_, place(block), bytes_of(block, block + 1), l.extent.offset + block * l.block_bytes, path_);
+              read_at(data_.get(), place(block), bytes_of(block, block + 1), l.extent.offset + block * l.block_bytes, path_);
               check(block, place(block));
             }
           }
@@ -381,7 +352,7 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
   try {
     for (uint64_t block = inner_begin; block < inner_end; block += kBlocksPerRequest) {
       const uint64_t end = std::min(inner_end, block + kBlocksPerRequest);
-      read_at(fd_, place(block), bytes_of(block, end), l.extent.offset + block * l.block_bytes, path_);
+      read_at(data_.get(), place(block), bytes_of(block, end), l.extent.offset + block * l.block_bytes, path_);
       read_until.store(end, std::memory_order_release);
       read_until.notify_one();
     }

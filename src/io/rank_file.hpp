@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "io/descriptor.hpp"
 #include "io/hdf5_file.hpp"
 
 namespace superoffload::io {
@@ -78,23 +79,9 @@ class RankFileReader {
   const Layout& layout(const std::string& dataset);
   // Whether the whole file behind `fd` is in the page cache (false when the kernel cannot tell).
   static bool wholly_cached(int fd);
-  // The descriptor the data is read through; closed with the reader, and also when HDF5's
-  // open fails after it was opened.
-  class Descriptor {
-   public:
-    explicit Descriptor(const std::filesystem::path& path);
-    ~Descriptor();
-    Descriptor(const Descriptor&) = delete;
-    Descriptor& operator=(const Descriptor&) = delete;
-    int get() const { return fd_; }
-
-   private:
-    int fd_;
-  };
   std::filesystem::path path_;
-  Descriptor data_;
-  int fd_;                // data_.get()
-  bool cached_;           // the whole file was in the page cache at open
+  Descriptor data_;  // the data is read through it; opened before HDF5's open, so closed if that fails
+  bool cached_;      // the whole file was in the page cache at open
   Hdf5File file_;
   int threads_ = 1;
   std::map<std::string, Layout> layouts_;

@@ -13,7 +13,6 @@
 
 namespace superoffload::zero {
 
-
 GradientReducer::GradientReducer(comm::Communicator& comm, BufferCache& buffers, at::Device device,
                                  int64_t bucket_elements)
     : comm_(comm),
@@ -134,7 +133,7 @@ void GradientReducer::reduce(size_t index, PartitionedLayer& layer) {
   const auto grads = layer.gradients();
   const int64_t shard = layer.layout().shard_numel(), split = layer.gradient_split();
   // Chunks never straddle the split: each has one destination.
-  for (const auto [from, to] : {std::pair{int64_t{0}, split}, std::pair{split, shard}}) {
+  for (const auto& [from, to] : {std::pair{int64_t{0}, split}, std::pair{split, shard}}) {
     // One rank, device part: written in place, in one pass (no buffer to bound).
     const int64_t step = comm_.size() == 1 && from == 0 ? std::max<int64_t>(to, 1) : chunk_per_rank_;
     for (int64_t begin = from; begin < to; begin += step) launch(index, layer, grads, first, begin, std::min(to, begin + step));
