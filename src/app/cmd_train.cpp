@@ -34,7 +34,9 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
       const auto binding = cluster::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? cluster::BindMode::none
                                                                                    : cluster::BindMode::automatic);
-      const auto report = cluster::report_bindings(world, binding);
+      // No CPU optimizer with [offload] device = "none": no core share to fall short of.
+      const auto report = cluster::report_bindings(
+          world, binding, cfg.offload.device == config::OffloadDevice::none ? 0.0 : cfg.offload.cpuadam_cores_perc);
       if (world.rank() == 0) {
         SO_LOG(info) << "superoffload train: " << world.size() << " rank(s) on " << world.node_count() << " node(s)";
         for (const auto& line : report.table) SO_LOG(info) << line;

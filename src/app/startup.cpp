@@ -47,7 +47,8 @@ config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const C
 cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std::string& bind_mode) {
   const auto mode = bind_mode == "none" ? cluster::BindMode::none : cluster::BindMode::automatic;
   const auto binding = cluster::bind_ranks(world, mode);
-  return cluster::report_bindings(world, binding);
+  // Without a configuration, the default share of the CPU optimizer.
+  return cluster::report_bindings(world, binding, config::OffloadConfig{}.cpuadam_cores_perc);
 }
 
 }  // namespace superoffload::app

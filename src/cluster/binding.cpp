@@ -8,6 +8,7 @@
 #include "base/logging.hpp"
 #include "cluster/compute_threads.hpp"
 #include "cluster/gpu_devices.hpp"
+#include "cluster/launcher_binding.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/topology.hpp"
 
@@ -66,27 +67,51 @@ RankBinding bind_ranks(const MpiWorld& world, BindMode mode) {
   for (const auto& gpu : gpus) request.gpu_locality.push_back(gpu.near_cpus);
   if (gpus.empty()) SO_LOG(debug) << "no GPU: " << why_no_gpu;
 
+  RankBinding binding;
+  std::vector<int> all_cores(request.allowed_cores.size());
+  for (size_t i = 0; i < all_cores.size(); ++i) all_cores[i] = static_cast<int>(i);
+  if (mode == BindMode::automatic && !request.current.empty() && request.current != cpus_of(request.allowed_cores, all_cores)) {
+    const auto launcher = this_process_launcher_binding();
+    request.launcher_default = launcher.kind == LauncherBinding::Kind::defaulted;
+    binding.launcher_how = launcher.how;
+  }
   const BindingIntent intent = decide_binding(request);
   for (const auto& note : intent.notes) SO_LOG(warning) << note;
+  // What superoffload's own binding would give: the cores a kept launcher binding is compared with.
+  BindingRequest unbound = request;
+  unbound.mode = BindMode::automatic;
+  unbound.current = CpuSet();
+  const BindingIntent ideal = decide_binding(unbound);
 
   // Peers are the node's ranks that want the same candidate cores; they split them in
-  // local-rank order.
-  const std::string my_claim =
-      intent.source == BindingSource::superoffload ? join(intent.candidate_cores) : std::string("-");
-  const auto claims = MpiWorld::allgather(my_claim, world.node());
-  int peer_index = 0, peer_count = 0;
+  // local-rank order. Ranks that keep a launcher binding count for the shares, not the binding.
+  const bool binds = intent.source == BindingSource::superoffload || intent.source == BindingSource::launcher_widened;
+  const std::string my_claim = join(ideal.candidate_cores);
+  const auto claims = MpiWorld::allgather(my_claim + (binds ? "|bind" : "|keep"), world.node());
+  int peer_index = 0, peer_count = 0, share_index = 0, share_count = 0;
   for (int r = 0; r < static_cast<int>(claims.size()); ++r) {
-    if (claims[static_cast<size_t>(r)] != my_claim) continue;
+    const auto& claim = claims[static_cast<size_t>(r)];
+    if (claim.substr(0, claim.rfind('|')) != my_claim) continue;
+    if (r < world.local_rank()) ++share_index;
+    ++share_count;
+    if (claim != claims[static_cast<size_t>(world.local_rank())]) continue;
     if (r < world.local_rank()) ++peer_index;
     ++peer_count;
   }
+  const auto share = share_of(ideal.candidate_cores, share_index, share_count);
+  binding.share_cores = static_cast<int>(share.size());
+  binding.share_numa_nodes = topology.numa_nodes_of(cpus_of(request.allowed_cores, share));
+  for (const auto& core : request.allowed_cores) {
+    const auto& nodes = binding.share_numa_nodes;
+    if (std::find(nodes.begin(), nodes.end(), core.numa_node) != nodes.end()) ++binding.share_numa_cores;
+  }
 
-  RankBinding binding;
   binding.source = intent.source;
   binding.gpu = intent.gpu;
   if (binding.gpu >= 0) binding.gpu_name = gpus[static_cast<size_t>(binding.gpu)].name;
   switch (intent.source) {
     case BindingSource::superoffload:
+    case BindingSource::launcher_widened:
       binding.cpus = cpus_of(request.allowed_cores, share_of(intent.candidate_cores, peer_index, peer_count));
       topology.bind_process(binding.cpus);
       binding.threads = cores_in(request.allowed_cores, binding.cpus);
@@ -107,24 +132,46 @@ RankBinding bind_ranks(const MpiWorld& world, BindMode mode) {
   return binding;
 }
 
-BindingReport report_bindings(const MpiWorld& world, const RankBinding& mine) {
+BindingReport report_bindings(const MpiWorld& world, const RankBinding& mine, double optimizer_core_share) {
+  // A kept launcher binding with fewer cores than the optimizer's part of the rank's share.
+  std::string starved = "-";
+  if (mine.source == BindingSource::launcher && mine.share_cores > 0 &&
+      static_cast<double>(mine.threads) < optimizer_core_share * static_cast<double>(mine.share_cores)) {
+    std::ostringstream text;
+    text << "rank " << world.rank() << " on " << world.host() << " is bound to " << mine.threads << " core(s) (cpus "
+         << mine.cpus.to_string() << ") by " << mine.launcher_how << ": fewer than cpuadam_cores_perc = "
+         << optimizer_core_share << " of its share, " << mine.share_cores << " of the " << mine.share_numa_cores
+         << " cores of NUMA node(s) " << join(mine.share_numa_nodes) << ", so the CPU optimizer runs on "
+         << mine.threads << " core(s) instead of " << optimizer_core_share * mine.share_cores;
+    starved = text.str();
+  }
   std::ostringstream row;
   row << world.rank() << '\t' << world.host() << '\t' << world.node_index() << '\t' << world.local_rank() << '\t'
       << mine.cpus.to_string() << '\t' << (mine.numa_nodes.empty() ? "-" : join(mine.numa_nodes)) << '\t'
       << (mine.gpu >= 0 ? std::to_string(mine.gpu) + " " + mine.gpu_name : "-") << '\t' << compute_threads() << '\t'
-      << to_string(mine.source);
+      << to_string(mine.source) << '\t' << starved;
   const auto rows = MpiWorld::allgather(row.str(), world.world());
 
   BindingReport report;
   std::vector<std::vector<std::string>> cells{{"rank", "host", "node", "local", "cpus", "numa", "gpu", "threads", "bound by"}};
   std::map<std::string, std::vector<std::pair<int, CpuSet>>> by_host;
+  std::vector<std::string> starved_ranks;
   for (const auto& line : rows) {
     auto fields = split(line, '\t');
+    fields.resize(10);
+    if (fields[9] != "-") starved_ranks.push_back(fields[9]);
     fields.resize(9);
     by_host[fields[1]].emplace_back(std::stoi(fields[0]), CpuSet::parse(fields[4]));
     cells.push_back(std::move(fields));
   }
   report.table = format_table(cells);
+  // Once for the job: the first such rank, how many there are, and what fixes it.
+  if (!starved_ranks.empty()) {
+    report.warnings.push_back(
+        starved_ranks.front() + (starved_ranks.size() > 1 ? " (and " + std::to_string(starved_ranks.size() - 1) + " more rank(s) alike)" : "") +
+        ". The CPU optimizer runs on the bound cores only: let superoffload bind the ranks (mpirun --bind-to none; "
+        "srun --cpu-bind=none), or give each rank its share (mpirun --map-by numa:PE=N, srun --cpus-per-task=N)");
+  }
 
   for (const auto& [host, ranks] : by_host) {
     std::vector<std::string> clashes;

@@ -8,7 +8,8 @@ namespace superoffload::cluster {
 const char* to_string(BindingSource source) {
   switch (source) {
     case BindingSource::superoffload: return "superoffload";
-    case BindingSource::launcher: return "launcher";
+    case BindingSource::launcher: return "launcher (asked)";
+    case BindingSource::launcher_widened: return "launcher (default, widened)";
     case BindingSource::none: return "none";
   }
   return "?";
@@ -33,12 +34,13 @@ BindingIntent decide_binding(const BindingRequest& request) {
     for (const auto& core : request.allowed_cores) all.insert(all.end(), core.pus.cpus().begin(), core.pus.cpus().end());
     allowed_cpus = CpuSet(std::move(all));
   }
-  if (!request.current.empty() && request.current != allowed_cpus) {
+  const bool launcher_bound = !request.current.empty() && request.current != allowed_cpus;
+  if (launcher_bound && !request.launcher_default) {
     intent.source = BindingSource::launcher;
     return intent;
   }
 
-  intent.source = BindingSource::superoffload;
+  intent.source = launcher_bound ? BindingSource::launcher_widened : BindingSource::superoffload;
   const CpuSet* near = nullptr;
   if (intent.gpu >= 0 && static_cast<size_t>(intent.gpu) < request.gpu_locality.size() &&
       !request.gpu_locality[static_cast<size_t>(intent.gpu)].empty()) {

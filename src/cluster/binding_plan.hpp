@@ -1,8 +1,8 @@
 // Which cores each rank of a node gets: a pure function of the node's topology, the GPUs
 // and the launcher's binding, so it is tested on synthetic topologies.
 //
-// Rules: a binding the launcher already applied (srun --cpu-bind, mpirun --bind-to) is kept.
-// Otherwise, on GPU nodes a rank uses GPU (local_rank mod visible GPUs) and the cores near
+// Rules: a binding the user asked the launcher for (srun --cpu-bind, mpirun --bind-to) is kept;
+// Open MPI's default binding (launcher_binding.hpp) is replaced. Otherwise, on GPU nodes a rank uses GPU (local_rank mod visible GPUs) and the cores near
 // it; ranks wanting the same cores split them evenly in contiguous blocks. Without GPUs the
 // node's cores are split evenly among its ranks.
 #pragma once
@@ -20,13 +20,16 @@ struct Core {
 };
 
 enum class BindMode { automatic, none };
-enum class BindingSource { superoffload, launcher, none };
+// superoffload: bound by us; launcher: the binding the user asked the launcher for, kept;
+// launcher_widened: the launcher's default binding, replaced by ours; none: [runtime] bind = "none".
+enum class BindingSource { superoffload, launcher, launcher_widened, none };
 const char* to_string(BindingSource source);
 
 struct BindingRequest {
   BindMode mode = BindMode::automatic;
   std::vector<Core> allowed_cores;  // the cores this process may use, in logical order
   CpuSet current;                   // the CPUs the process is bound to now
+  bool launcher_default = false;    // `current` is the launcher's default, not what the user asked
   int local_rank = 0;
   int local_size = 1;
   int visible_gpus = 0;

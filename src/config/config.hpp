@@ -105,6 +105,7 @@ struct CheckpointConfig {
   bool async_save = false;
   bool accept_changed_settings = false;  // resume although data, seq_len, seed, shuffle or precision changed
   bool verify_from_disk = false;  // rank files' CRCs read back from the drive, not the page cache
+  std::int64_t max_failed_saves = 0;  // periodic saves in a row that may fail before the job ends
 };
 
 // One step profiled layer by layer (DeepSpeed's flops_profiler).

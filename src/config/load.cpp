@@ -236,12 +236,6 @@ class Loader {
       problems_.push_back("[training] max_steps and epochs are both 0 (" + origin_of(c, "training.max_steps") + ", " +
                           origin_of(c, "training.epochs") + ") — set one of them");
     }
-    if (c.config.lr_schedule.type == LrScheduleType::lr_range_test && c.config.lr_schedule.warmup_num_steps > 0) {
-      problems_.push_back("[lr_schedule] type = \"lr_range_test\" (" + origin_of(c, "lr_schedule.type") +
-                          ") has no warm-up, but warmup_num_steps = " +
-                          std::to_string(c.config.lr_schedule.warmup_num_steps) + " (" +
-                          origin_of(c, "lr_schedule.warmup_num_steps") + ") — set warmup_num_steps = 0");
-    }
     if (c.config.lr_schedule.type != LrScheduleType::lr_range_test &&
         c.config.lr_schedule.min_lr > c.config.optimizer.lr) {
       problems_.push_back("[lr_schedule] min_lr = " + std::to_string(c.config.lr_schedule.min_lr) + " (" +
@@ -252,13 +246,6 @@ class Loader {
         c.config.offload.super_offload) {
       c.warnings.push_back("[offload] super_offload = true has no effect with device = \"none\" (the optimizer "
                            "runs on the device)");
-    }
-    if (!c.config.offload.super_offload && c.origins.count("offload.speculation") &&
-        c.config.offload.speculation != Speculation::never) {
-      problems_.push_back("[offload] speculation = \"" + std::string(to_text(c.config.offload.speculation)) + "\" (" +
-                          origin_of(c, "offload.speculation") + ") contradicts super_offload = false (" +
-                          origin_of(c, "offload.super_offload") +
-                          ") — speculation is SuperOffload's; set super_offload = true, or drop speculation");
     }
     if (c.config.offload.device == OffloadDevice::nvme && c.config.offload.nvme_path.empty()) {
       problems_.push_back("[offload] device = \"nvme\" (" + origin_of(c, "offload.device") +
@@ -301,9 +288,13 @@ class Loader {
                             "lr_schedule.lr_range_test_step_rate", "lr_schedule.lr_range_test_staircase"}) {
       ignored(key, !range_test, "only [lr_schedule] type = \"lr_range_test\" reads it");
     }
-    for (const char* key : {"lr_schedule.warmup_type", "lr_schedule.warmup_min_lr"}) {
+    for (const char* key : {"lr_schedule.warmup_num_steps", "lr_schedule.warmup_type", "lr_schedule.warmup_min_lr"}) {
       ignored(key, range_test, "the LR range test has no warm-up");
     }
+    // ZeRO-Offload steps every CPU sub-group after backward: there is nothing to speculate.
+    ignored("offload.speculation", !on_device && !cfg.offload.super_offload,
+            "[offload] super_offload = false (ZeRO-Offload) steps the CPU sub-groups after backward, without "
+            "speculation");
     ignored("lr_schedule.min_lr", cfg.lr_schedule.type == LrScheduleType::constant || range_test,
             "only the cosine and linear decays end at min_lr");
     const bool records = cfg.data.format == DataFormat::hdf5 || cfg.data.format == DataFormat::jsonl;

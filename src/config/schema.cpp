@@ -232,6 +232,12 @@ std::vector<Section> build_schema() {
           "that the CRC32Cs in DONE are those of the bytes on the device (false: read back from the page cache "
           "while fsync runs, which checks the write path at no cost in bandwidth). Costs a read of every "
           "checkpoint at the drive's speed.");
+    b.add("max_failed_saves", &CheckpointConfig::max_failed_saves,
+          "Periodic saves in a row that may fail (a full disk, a quota, an I/O error) while training goes on: each "
+          "failure is logged as an error naming the step and what 'latest' still holds, and the next save is tried "
+          "at the next every_steps. 0: a failed save ends the job (DeepSpeed's and HF Trainer's behaviour). The "
+          "save at the end of training or on preemption is never skipped: if it fails, the job ends with an error.")
+        .at_least(0);
   }
   {
     SectionBuilder<MetricsConfig> b(s, "metrics", "<output_dir>/metrics.h5, written by rank 0.", &Config::metrics);

@@ -51,25 +51,30 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::
   return written;
 }
 
-// A rank file that cannot be written (a full disk, a quota, an I/O error): its partial file is
-// removed, so that the space is free again, and the error says in one line what failed and
-// which checkpoint a resume would use. `latest` has not moved.
-[[noreturn]] void throw_save_failed(const fs::path& root, const fs::path& directory, const fs::path& file,
-                                    const std::string& cause) {
-  std::error_code ignored;
-  fs::remove(partial_of(file), ignored);
-  // HDF5's error stack is long; the operating system's reason is the part a user needs.
-  std::string reason = cause;
+// The operating system's reason in an error from a write: HDF5's error stack is long, and the
+// reason is the part a user needs.
+std::string reason_of(const std::string& cause) {
   const std::string marker = "error message = '";
   if (const auto at = cause.find(marker); at != std::string::npos) {
-    reason = cause.substr(at + marker.size(), cause.find('\'', at + marker.size()) - at - marker.size());
+    return cause.substr(at + marker.size(), cause.find('\'', at + marker.size()) - at - marker.size());
+  }
+  return cause;
+}
+
+// Ends a save that failed on some rank (`failure`, agreed by all): rank 0 removes what the
+// save left, so that the space is free again and nothing of it claims to be complete, and
+// every rank throws SaveFailed saying what failed and which checkpoint a resume would use.
+[[noreturn]] void throw_save_failed(const fs::path& root, const fs::path& directory, int rank,
+                                    const std::string& failure) {
+  if (rank == 0) {
+    std::error_code ignored;
+    fs::remove_all(directory, ignored);
   }
   const auto latest = read_latest(root);
-  throw Error("the checkpoint " + directory.string() + " could not be written (" + file.filename().string() + ": " +
-                  reason + "); 'latest' still names " + (latest.empty() ? std::string("no checkpoint") : latest.string()),
-              "free space on the file system of [training] output_dir (or raise the quota), then resume: the job "
-              "restarts from 'latest'",
-              Error::UserInput{});
+  throw SaveFailed("the checkpoint " + directory.string() + " could not be written (" + failure + "); 'latest' still names " +
+                       (latest.empty() ? std::string("no checkpoint") : latest.string()),
+                   "free space on the file system of [training] output_dir (or raise the quota), then resume: the job "
+                   "restarts from 'latest'");
 }
 
 }  // namespace
@@ -88,61 +93,79 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   // Rank 0 prepares the directory: a complete checkpoint of this step is kept as it is; a
   // leftover without DONE (a save cut short) is cleared.
   int exists = 0;
+  std::string failure;
   if (rank == 0) {
-    fs::create_directories(root);
-    if (fs::exists(result.directory / "DONE")) {
-      exists = 1;
-    } else {
-      fs::remove_all(result.directory);
-      fs::create_directories(result.directory);
+    try {
+      fs::create_directories(root);
+      if (fs::exists(result.directory / "DONE")) {
+        exists = 1;
+      } else {
+        fs::remove_all(result.directory);
+        fs::create_directories(result.directory);
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
   }
+  if (failure = lowest_rank_failure(failure, comm); !failure.empty()) throw_save_failed(root, result.directory, rank, failure);
   SO_CHECK_MPI(MPI_Bcast(&exists, 1, MPI_INT, 0, comm));
   if (exists) {
     result.already_saved = true;
     return result;
   }
 
+  // Every rank writes its file; a failure on any (a full disk, a quota, an I/O error, a
+  // read-back that differs) is agreed by all, so the job can end or go on together.
   const fs::path mine = result.directory / rank_file_name(rank);
   WrittenFile written;
   try {
     written = write_rank(mine, step, rank, shards, rank_blobs, progress, read_back_from);
   } catch (const std::exception& e) {
-    throw_save_failed(root, result.directory, mine, e.what());
+    std::error_code ignored;
+    fs::remove(partial_of(mine), ignored);
+    failure = mine.filename().string() + ": " + reason_of(e.what());
   }
+  if (failure = lowest_rank_failure(failure, comm); !failure.empty()) throw_save_failed(root, result.directory, rank, failure);
   // The size and the CRC32C of the file as it was read back after fsync.
   uint64_t record[2] = {written.bytes, written.crc32c};
   std::vector<uint64_t> records(static_cast<size_t>(2 * world));
   SO_CHECK_MPI(MPI_Gather(record, 2, MPI_UINT64_T, records.data(), 2, MPI_UINT64_T, 0, comm));
 
   if (rank == 0) {
-    manifest["format_version"] = kCheckpointFormatVersion;
-    manifest["step"] = step;
-    manifest["world_size"] = world;
-    write_file_atomically(result.directory / "manifest.json", manifest.dump(1));
-    nlohmann::json done;
-    done["manifest_crc32c"] = file_crc32c(result.directory / "manifest.json");
-    for (int k = 0; k < world; ++k) {
-      done["files"][rank_file_name(k)] = {{"bytes", records[static_cast<size_t>(2 * k)]},
-                                          {"crc32c", records[static_cast<size_t>(2 * k + 1)]}};
-      result.bytes += records[static_cast<size_t>(2 * k)];
+    try {
+      manifest["format_version"] = kCheckpointFormatVersion;
+      manifest["step"] = step;
+      manifest["world_size"] = world;
+      write_file_atomically(result.directory / "manifest.json", manifest.dump(1));
+      nlohmann::json done;
+      done["manifest_crc32c"] = file_crc32c(result.directory / "manifest.json");
+      for (int k = 0; k < world; ++k) {
+        done["files"][rank_file_name(k)] = {{"bytes", records[static_cast<size_t>(2 * k)]},
+                                            {"crc32c", records[static_cast<size_t>(2 * k + 1)]}};
+        result.bytes += records[static_cast<size_t>(2 * k)];
+      }
+      // Every rank file was renamed into place before the gather: DONE is the last word.
+      write_file_atomically(result.directory / "DONE", done.dump(1));
+      write_file_atomically(root / "latest", step_directory_name(step) + "\n");
+    } catch (const std::exception& e) {
+      failure = reason_of(e.what());
     }
-    // Every rank file was renamed into place before the gather: DONE is the last word.
-    write_file_atomically(result.directory / "DONE", done.dump(1));
-    write_file_atomically(root / "latest", step_directory_name(step) + "\n");
     // Only now may older checkpoints go: the newest `keep_last` complete ones stay, and
-    // incomplete leftovers older than this one are cleared.
-    if (keep_last > 0) {
+    // incomplete leftovers older than this one are cleared. A leftover that cannot be removed
+    // is tried again at the next save.
+    if (failure.empty() && keep_last > 0) {
       auto all = list_checkpoints(root);
       int64_t complete_seen = 0;
       for (auto it = all.rbegin(); it != all.rend(); ++it) {
         if (step_of(*it).value_or(0) > step) continue;
         const bool complete = fs::exists(*it / "DONE");
         if (complete && ++complete_seen <= keep_last) continue;
-        fs::remove_all(*it);
+        std::error_code ignored;
+        fs::remove_all(*it, ignored);
       }
     }
   }
+  if (failure = lowest_rank_failure(failure, comm); !failure.empty()) throw_save_failed(root, result.directory, rank, failure);
   SO_CHECK_MPI(MPI_Bcast(&result.bytes, 1, MPI_UINT64_T, 0, comm));
   result.seconds = base::now_s() - start_s;
   return result;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "io/rank_file.hpp"
 
 namespace superoffload::io {
@@ -40,8 +41,17 @@ struct SaveResult {
 // file): "rng_state", "optimizer_state". A resume at the same world size reads them back.
 using RankBlobs = std::map<std::string, std::vector<uint8_t>>;
 
+// A save that failed on some rank, thrown on every rank of the save together: what failed
+// (the lowest failing rank's reason) and which checkpoint `latest` still names. Nothing the
+// save wrote is left behind, and `latest` has not moved.
+class SaveFailed : public Error {
+ public:
+  SaveFailed(const std::string& what, std::string hint) : Error(what, std::move(hint), UserInput{}) {}
+};
+
 // Collective over `comm`. `manifest` (rank 0's is used) gets format_version, step and
-// world_size added. `keep_last` <= 0 keeps everything. `progress` (optional) hears what is
+// world_size added. Throws SaveFailed on every rank when any rank's part fails. `keep_last` <= 0
+// keeps everything. `progress` (optional) hears what is
 // being written, layer by layer, so a watchdog knows a long save is alive.
 // `read_back_from`: where each rank file's CRCs are read back from (rank_file.hpp).
 SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,

@@ -75,10 +75,11 @@ TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::Zer
     : config_(config), engine_(engine), optimizer_(optimizer), world_(world), model_(std::move(model)),
       root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
 
-void TrainingCheckpoints::save(const TrainingPosition& position, bool background) {
+void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
   wait();
   // A writer thread makes MPI calls beside the training thread's: only with MPI_THREAD_MULTIPLE.
-  background = background && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
+  const bool background =
+      kind == Kind::periodic && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
   const double copy_start_s = base::now_s();
   auto& layers = engine_.layers();
   std::vector<optim::ShardState> states;  // keeps the host copies alive while they are written
@@ -139,6 +140,10 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
                                             background ? std::function<void(const std::string&)>() : progress,
                                             config_.checkpoint.verify_from_disk ? io::ReadBack::device
                                                                                 : io::ReadBack::page_cache);
+    if (failed_in_a_row_ > 0 && world_.rank() == 0 && !result.already_saved) {
+      SO_LOG(warning) << "checkpoints are saved again after " << failed_in_a_row_ << " failed save(s)";
+    }
+    if (!result.already_saved) failed_in_a_row_ = 0;
     if (world_.rank() != 0) return;
     if (result.already_saved) {
       SO_LOG(debug) << "checkpoint " << result.directory.string() << " exists already";
@@ -151,7 +156,12 @@ void TrainingCheckpoints::save(const TrainingPosition& position, bool background
     }
   };
   if (!background) {
-    write();
+    try {
+      write();
+    } catch (const io::SaveFailed&) {
+      if (kind == Kind::last) throw;
+      tolerate_or_rethrow(std::current_exception());
+    }
     return;
   }
   if (writer_comm_ == MPI_COMM_NULL) SO_CHECK_MPI(MPI_Comm_dup(world_.world(), &writer_comm_));
@@ -197,7 +207,51 @@ void TrainingCheckpoints::refuse_non_finite_weights(const std::vector<optim::Sha
 
 void TrainingCheckpoints::wait() {
   if (writer_.joinable()) writer_.join();
-  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+  if (!writer_error_) return;
+  auto error = std::exchange(writer_error_, nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const io::SaveFailed&) {
+    tolerate_or_rethrow(error);  // background saves are periodic ones
+  }
+}
+
+// What a failed save means: the job ends (DeepSpeed, HF Trainer), unless the user allowed
+// [checkpoint] max_failed_saves in a row. Then the run goes on with an error in the log per
+// failure, so that no more than the interval is ever at risk without the user being told; the
+// next periodic save tries again, and the run still ends with an error if its state is never
+// saved (require_last_saved).
+void TrainingCheckpoints::tolerate_or_rethrow(std::exception_ptr failure) {
+  std::string what;
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  const int64_t allowed = config_.checkpoint.max_failed_saves;
+  if (failed_in_a_row_ + 1 > allowed) {
+    if (allowed == 0) std::rethrow_exception(failure);
+    throw Error(what + "; " + std::to_string(failed_in_a_row_ + 1) + " saves in a row failed",
+                "[checkpoint] max_failed_saves = " + std::to_string(allowed) +
+                    " allows no more: free space on the file system of [training] output_dir (or raise the quota), "
+                    "then resume: the job restarts from 'latest'",
+                Error::UserInput{});
+  }
+  ++failed_in_a_row_;
+  last_failure_ = what;
+  if (world_.rank() == 0) {
+    SO_LOG(error) << what << "; training goes on (failed save " << failed_in_a_row_ << " in a row of the "
+                  << allowed << " that [checkpoint] max_failed_saves allows), the next save is tried in "
+                  << config_.checkpoint.every_steps << " step(s)";
+  }
+}
+
+void TrainingCheckpoints::require_last_saved() const {
+  if (failed_in_a_row_ == 0) return;
+  throw Error("training ended, but its state is not saved: " + last_failure_,
+              "free space on the file system of [training] output_dir, then run again with --resume latest: the "
+              "job restarts from 'latest'",
+              Error::UserInput{});
 }
 
 TrainingCheckpoints::~TrainingCheckpoints() {

@@ -50,12 +50,19 @@ class TrainingCheckpoints {
   // Hears what a save is doing (layer by layer), e.g. for the watchdog.
   void on_progress(std::function<void(const std::string&)> progress) { progress_ = std::move(progress); }
   ~TrainingCheckpoints();
-  // Collective. Logs where, how big and how long on rank 0. With `background` (and [checkpoint]
-  // async_save) the state is copied and written by a writer thread while training goes on;
+  // Which save: a periodic one may fail [checkpoint] max_failed_saves times in a row while
+  // training goes on; the last one (end of training, preemption) must succeed.
+  enum class Kind { periodic, last };
+  // Collective. Logs where, how big and how long on rank 0. A periodic save with [checkpoint]
+  // async_save copies the state and a writer thread writes it while training goes on;
   // otherwise the save is complete when this returns. A save waits for the previous one.
-  void save(const TrainingPosition& position, bool background = false);
-  // Waits for a background save; rethrows its error.
+  // Throws when a save fails and may not (see Kind).
+  void save(const TrainingPosition& position, Kind kind);
+  // Waits for a background save; rethrows its error unless a failed save may be tolerated.
   void wait();
+  // Throws when the most recent save failed (tolerated then): at the end of a run, whose state
+  // would otherwise be lost without an error.
+  void require_last_saved() const;
   // Collective. `request`: "latest" or a checkpoint directory. Restores the optimizer state
   // (resharded when the world size differs), the RNG state and the position; nullopt when
   // "latest" finds no checkpoint. Refuses a checkpoint of another model, naming the difference.
@@ -77,6 +84,11 @@ class TrainingCheckpoints {
   std::filesystem::path root_;
   int64_t global_batch_;
   std::function<void(const std::string&)> progress_;
+  // Collective (every rank gets the same failure): logs a failed periodic save and goes on, or
+  // rethrows it when max_failed_saves saves in a row have failed.
+  void tolerate_or_rethrow(std::exception_ptr failure);
+  int64_t failed_in_a_row_ = 0;
+  std::string last_failure_;
   // The background writer and its own communicator (its collectives must not mix with the
   // training thread's).
   std::thread writer_;

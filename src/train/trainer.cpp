@@ -442,7 +442,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
       metrics.flush();
-      checkpoints.save({step + 1, sampler.position(), skips.total()}, /*background=*/true);
+      checkpoints.save({step + 1, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::periodic);
     }
     watchdog.progress(step_name + "agreeing on stop signals");
     // Preemption: the ranks agree at the step boundary, save together and stop.
@@ -452,7 +452,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                         << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
       }
       metrics.flush();
-      checkpoints.save({step + 1, sampler.position(), skips.total()});
+      checkpoints.save({step + 1, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::last);
       summary.steps = step + 1;
       break;
     }
@@ -463,8 +463,12 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     summary.steps = total_steps;
     // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).
     watchdog.progress("saving the final checkpoint");
-    if (cfg.checkpoint.save_on_exit) checkpoints.save({total_steps, sampler.position(), skips.total()});
+    if (cfg.checkpoint.save_on_exit) {
+      checkpoints.save({total_steps, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::last);
+    }
   }
+  // A periodic save that failed and was tolerated must not end the run as if all were saved.
+  if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) checkpoints.require_last_saved();
   summary.skipped_steps = skips.total();
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
   summary.throughput = measure_throughput(throughput, summary.mean_step_s, peak);

@@ -78,7 +78,7 @@ TEST(Binding, RanksGetDisjointCoresOrAnEvenShare) {
     EXPECT_LE(hi - lo, 1);
   }
 
-  const auto report = so::report_bindings(w, binding);
+  const auto report = so::report_bindings(w, binding, 0.8);
   EXPECT_EQ(report.table.size(), static_cast<size_t>(w.size()) + 1);
   if (static_cast<size_t>(w.local_size()) > cores.size()) {
     EXPECT_FALSE(report.warnings.empty()) << "shared cores are reported";

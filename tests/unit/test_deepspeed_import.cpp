@@ -186,11 +186,16 @@ TEST(DeepSpeedImport, LrRangeTestImportsWithDeepSpeedsNames) {
   EXPECT_TRUE(s.lr_range_test_staircase);
   EXPECT_EQ(s.warmup_num_steps, 0);
   std::filesystem::remove(path);
-  // A warm-up with a range test is a contradiction, named.
-  const auto message = error_of(ConfigSources{
+  // A warm-up set beside a range test (a config whose schedule type alone was switched) is
+  // ignored with a warning, not refused.
+  const auto switched = so::config::load_config(ConfigSources{
       std::nullopt, std::nullopt, {"model.path=/m", "data.path=/d", "lr_schedule.type=lr_range_test",
-                                   "lr_schedule.warmup_num_steps=10"}});
-  EXPECT_NE(message.find("has no warm-up"), std::string::npos) << message;
+                                   "lr_schedule.warmup_num_steps=10"}}, 1);
+  std::string warnings;
+  for (const auto& w : switched.warnings) warnings += w + "\n";
+  EXPECT_NE(warnings.find("[lr_schedule] warmup_num_steps (--set lr_schedule.warmup_num_steps=10) has no effect: "
+                          "the LR range test has no warm-up"),
+            std::string::npos) << warnings;
 }
 
 TEST(DeepSpeedImport, FlopsProfilerImportsAsTheProfile) {
