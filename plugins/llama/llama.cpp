@@ -70,10 +70,8 @@ Settings read_settings(const HfConfig& c) {
   const int64_t window = c.integer("sliding_window", 0);
   if (window < 0) c.invalid("sliding_window", "= " + std::to_string(window) + " must be >= 0 (0: full attention)");
   s.sliding_window.assign(static_cast<size_t>(s.layers), 0);
-  const auto types = c.strings("layer_types");
+  const auto types = c.layer_types(s.layers);
   if (!types.empty()) {
-    SO_CHECK(static_cast<int64_t>(types.size()) == s.layers,
-             c.path() << ": layer_types has " << types.size() << " entries for " << s.layers << " layers");
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i] == "sliding_attention") s.sliding_window[i] = window;
     }

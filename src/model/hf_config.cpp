@@ -108,6 +108,12 @@ AttentionHeads HfConfig::attention_heads(int64_t hidden) const {
     }
     a.head_dim = hidden / a.heads;
   }
+  // RoPE rotates channel pairs (the rotated half is head_dim / 2 wide).
+  if (a.head_dim % 2 != 0) {
+    if (has("head_dim")) fail("head_dim", "= " + std::to_string(a.head_dim) + " must be even (RoPE rotates pairs of channels)");
+    fail("num_attention_heads", "= " + std::to_string(a.heads) + " gives head_dim = hidden_size / heads = " +
+                                    std::to_string(a.head_dim) + ", which must be even (RoPE rotates pairs of channels)");
+  }
   return a;
 }
 
@@ -128,6 +134,22 @@ std::vector<std::string> HfConfig::strings(const std::string& key) const {
     out.push_back(element.get<std::string>());
   }
   return out;
+}
+
+std::vector<std::string> HfConfig::layer_types(int64_t layers) const {
+  auto types = strings("layer_types");
+  if (types.empty()) return types;
+  if (static_cast<int64_t>(types.size()) != layers) {
+    fail("layer_types", "has " + std::to_string(types.size()) + " entries, but num_hidden_layers = " +
+                            std::to_string(layers) + ": give one per layer");
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full_attention" && types[i] != "sliding_attention") {
+      fail("layer_types", "entry " + std::to_string(i) + " = \"" + types[i] +
+                              "\" is not \"full_attention\" or \"sliding_attention\"");
+    }
+  }
+  return types;
 }
 
 const nlohmann::json& HfConfig::object(const std::string& key) const {

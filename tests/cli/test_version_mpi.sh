@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 superoffload version` shows both ranks with disjoint core sets, whether the
-# launcher bound them or superoffload did.
+# `mpirun superoffload version`: the binding table under Open MPI's default binding, an asked
+# one and none (#32). Open MPI binds 1-2 ranks to one core each by default; superoffload
+# replaces that with its own share ("launcher (default, widened)"), keeps a binding asked with
+# --bind-to ("launcher (asked)", with a warning when it starves the CPU optimizer) and binds
+# unbound ranks itself ("superoffload"). Ranks never share cores.
 source "$(dirname "$0")/lib.sh"
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the CPUs this process may use
 
-for binding in "" "--bind-to none"; do
+# table_rows OUTPUT: the table's rank rows.
+table_rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 9' <<<"$1"; }
+
+for binding in "" "--bind-to none" "--bind-to core"; do
   # shellcheck disable=SC2086
   out=$("$MPIEXEC" -np 2 $binding "$SO_BIN" version 2>&1) || fail "version under mpirun $binding: $out"
   expect_contains "$out" "LibTorch" "versions"
   expect_contains "$out" "2 rank(s) on 1 node(s)" "world"
-  rows=$(awk '$1 ~ /^[0-9]+$/ && NF >= 9' <<<"$out")
+  rows=$(table_rows "$out")
   [[ $(wc -l <<<"$rows") == 2 ]] || fail "expected 2 table rows ($binding):
 $out"
   cpus0=$(awk '$1 == 0 {print $5}' <<<"$rows")
@@ -16,5 +23,35 @@ $out"
   [[ -n $cpus0 && -n $cpus1 && $cpus0 != "$cpus1" ]] || fail "ranks share cpus ($binding): $cpus0 / $cpus1
 $out"
   [[ $out != *"share CPUs"* ]] || fail "unexpected sharing warning ($binding): $out"
+  case $binding in
+    "") expect_contains "$rows" "launcher (default, widened)" "Open MPI's default binding is replaced" ;;
+    "--bind-to none") expect_contains "$rows" "superoffload" "unbound ranks are bound by superoffload" ;;
+    "--bind-to core") expect_contains "$rows" "launcher (asked)" "an asked binding is kept" ;;
+  esac
 done
+
+# One rank: Open MPI's default gives it one core; superoffload gives it the whole NUMA share.
+out=$("$MPIEXEC" -np 1 "$SO_BIN" version 2>&1) || fail "version, 1 rank: $out"
+row=$(table_rows "$out")
+expect_contains "$row" "launcher (default, widened)" "1 rank, default binding"
+threads=$(awk '{print $8}' <<<"$row")
+((threads == cores)) || fail "1 rank under Open MPI's default binding runs $threads thread(s) on a $cores-core node: $out"
+[[ $out != *"warning: rank 0"* ]] || fail "a widened binding is not warned about: $out"
+
+# One rank bound to one core on request: kept, and the optimizer's loss of cores is said once,
+# with the cores, the NUMA node's count and the flag that fixes it.
+if ((cores >= 2)); then
+  out=$("$MPIEXEC" -np 1 --bind-to core "$SO_BIN" version 2>&1) || fail "version, --bind-to core: $out"
+  row=$(table_rows "$out")
+  expect_contains "$row" "launcher (asked)" "1 rank, --bind-to core"
+  [[ $(awk '{print $8}' <<<"$row") == 1 ]] || fail "--bind-to core: expected 1 thread: $out"
+  for part in "rank 0 on" "is bound to 1 core(s) (cpus" "by mpirun --bind-to core" "of the $cores cores of NUMA node(s)" \
+              "cpuadam_cores_perc = 0.8" "mpirun --bind-to none"; do
+    expect_contains "$out" "$part" "the starved-optimizer warning"
+  done
+  [[ $(grep -c "is bound to" <<<"$out") == 1 ]] || fail "the warning is printed once: $out"
+  # The same asked through an MCA parameter (exported, as --mca does) is still asked.
+  out=$(OMPI_MCA_hwloc_base_binding_policy=core "$MPIEXEC" -np 1 "$SO_BIN" version 2>&1) || fail "MCA binding: $out"
+  expect_contains "$(table_rows "$out")" "launcher (asked)" "an MCA binding policy is asked"
+fi
 echo "version under mpirun: ok"

@@ -175,6 +175,54 @@ def config_json_cases(rng, base):
         for value in values:
             out.append(case(f"{key} = {json.dumps(value)}", INVALID, setting(key, value)))
     out.append(case("num_key_value_heads = 4 (does not divide 6 heads)", INVALID, setting("num_key_value_heads", 4)))
+    # RoPE scaling (#32): every field the supported types read, bad in type or range, in both
+    # forms (rope_scaling beside rope_theta, and rope_parameters); unsupported types.
+    rope_types = {
+        "linear": {"factor": 2.0},
+        "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        "yarn": {"factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+                 "mscale": 1.0, "mscale_all_dim": 1.0, "attention_factor": 1.0, "truncate": True,
+                 "partial_rotary_factor": 1.0},
+    }
+    for form in ("rope_scaling", "rope_parameters"):
+        for rope_type, fields in rope_types.items():
+            valid = {"rope_type": rope_type, **fields}
+            if form == "rope_parameters":
+                valid["rope_theta"] = 10000.0
+            out.append(case(f"{form} {rope_type} (valid)", ANY, setting(form, valid)))
+            for field in fields:
+                # 0 is valid for mscale (off) and for yarn's factor (derived from the context extension)
+                zero_valid = field in ("mscale", "mscale_all_dim") or (rope_type == "yarn" and field == "factor")
+                bad_values = [None, "x", -1, 1e400] + ([] if zero_valid else [0])
+                if field == "truncate":
+                    bad_values = ["yes", 1]
+                if field == "partial_rotary_factor":
+                    bad_values = [0, 1.5, -0.5, "x"]
+                if form == "rope_parameters":
+                    bad_values = bad_values[1:2]  # the same checks read both forms: one bad value each
+                for value in bad_values:
+                    if value is None and field not in ("factor", "low_freq_factor", "high_freq_factor",
+                                                       "original_max_position_embeddings"):
+                        continue  # optional fields may be absent
+                    if value is None and rope_type == "yarn" and field == "factor":
+                        continue  # yarn derives it from max_position_embeddings
+                    out.append(case(f"{form} {rope_type} {field} = {json.dumps(value)}", INVALID,
+                                    setting(form, {**valid, field: value})))
+        for rope_type in ("dynamic", "longrope", 7):
+            out.append(case(f"{form} rope_type = {json.dumps(rope_type)}", INVALID,
+                            setting(form, {"rope_type": rope_type, "factor": 2.0, "rope_theta": 10000.0})))
+    out.append(case("rope_scaling llama3 high_freq_factor = low_freq_factor", INVALID,
+                    setting("rope_scaling", {**rope_types["llama3"], "rope_type": "llama3", "high_freq_factor": 1.0})))
+    # head_dim: RoPE rotates channel pairs; layer_types: one valid entry per layer.
+    for value in (7, 15):
+        out.append(case(f"head_dim = {value} (odd)", INVALID, setting("head_dim", value)))
+    layers = config["num_hidden_layers"]
+    for name, value in ((f"{layers - 1} entries", ["full_attention"] * (layers - 1)),
+                        (f"{layers + 1} entries", ["full_attention"] * (layers + 1)),
+                        ("an unknown entry", ["full_attention"] * (layers - 1) + ["local_attention"]),
+                        ("a number", [1] * layers), ("not a list", "full_attention")):
+        out.append(case(f"layer_types with {name}", INVALID, setting("layer_types", value)))
+    out.append(case("layer_types, one per layer (valid)", ANY, setting("layer_types", ["full_attention"] * layers)))
     out.append(case("not an object", INVALID, raw=b"[1, 2, 3]"))
     out.append(case("empty file", INVALID, raw=b""))
     out += damaged_copies(rng, case, base["model/config.json"], 4, 8)

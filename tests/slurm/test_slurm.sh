@@ -24,6 +24,10 @@ first=$(submit) || fail "sbatch refused the jobscript"
 slurm_wait_job "$first" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY" 240 || fail "$(output "$first")"
 [[ $(slurm_job_state "$first") == COMPLETED ]] || fail "job $first ended $(slurm_job_state "$first"): $(output "$first")"
 expect_contains "$(output "$first")" "Step 40/40 | Loss" "the sbatch run trained"
+# srun --cpu-bind=cores with --cpus-per-task: the binding the user asked for is kept, and one
+# core per rank is the whole share the optimizer asks for (no warning).
+expect_contains "$(output "$first")" "launcher (asked)" "srun's binding is kept"
+[[ $(output "$first") != *"is bound to"*"fewer than cpuadam_cores_perc"* ]] || fail "unexpected starved-optimizer warning"
 [[ -f runs/tiny-$first/checkpoints/step_00000040/DONE ]] || fail "no final checkpoint"
 
 second=$(submit) || fail "second sbatch"

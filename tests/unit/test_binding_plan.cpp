@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/error.hpp"
 #include "cluster/binding_plan.hpp"
 #include "cluster/cpu_set.hpp"
+#include "cluster/launcher_binding.hpp"
 #include "cluster/topology.hpp"
 
 namespace so = superoffload::cluster;
@@ -149,6 +151,71 @@ TEST(DecideBinding, LauncherBindingIsKept) {
   auto intent = so::decide_binding(request);
   EXPECT_EQ(intent.source, so::BindingSource::launcher);
   EXPECT_TRUE(intent.candidate_cores.empty());
+}
+
+TEST(DecideBinding, LauncherDefaultOnAGh200NodeIsReplacedByTheGpusGrace) {
+  // mpirun -np 4 on 4 GH200: Open MPI's default bound each rank to one core; each gets the 72
+  // cores of the Grace next to its GPU instead.
+  so::BindingRequest request;
+  request.allowed_cores = node(4, 72);
+  request.local_size = 4;
+  request.visible_gpus = 4;
+  request.launcher_default = true;
+  for (int g = 0; g < 4; ++g) {
+    request.gpu_locality.push_back(so::CpuSet::parse(std::to_string(72 * g) + "-" + std::to_string(72 * g + 71)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    request.local_rank = r;
+    request.current = so::CpuSet::parse(std::to_string(r));
+    const auto intent = so::decide_binding(request);
+    EXPECT_EQ(intent.source, so::BindingSource::launcher_widened);
+    EXPECT_EQ(so::cpus_of(request.allowed_cores, intent.candidate_cores),
+              so::CpuSet::parse(std::to_string(72 * r) + "-" + std::to_string(72 * r + 71)));
+  }
+  EXPECT_STREQ(so::to_string(so::BindingSource::launcher_widened), "launcher (default, widened)");
+  EXPECT_STREQ(so::to_string(so::BindingSource::launcher), "launcher (asked)");
+}
+
+// The environment Open MPI 4.1's mpirun gives a rank (measured): orte_launch always,
+// orte_bound_at_launch when it bound the rank, and the binding options as MCA parameters.
+so::LauncherBinding classify(std::map<std::string, std::string> env, std::vector<std::string> files = {}) {
+  return so::classify_launcher_binding(
+      [&](const std::string& name) -> std::optional<std::string> {
+        const auto it = env.find(name);
+        return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+      },
+      files);
+}
+
+TEST(LauncherBinding, OpenMpisDefaultIsToldFromAnAskedBinding) {
+  using Kind = so::LauncherBinding::Kind;
+  const std::map<std::string, std::string> mpirun = {{"OMPI_MCA_orte_launch", "1"}, {"OMPI_MCA_orte_bound_at_launch", "1"}};
+  EXPECT_EQ(classify(mpirun).kind, Kind::defaulted);
+  // --map-by without PE= maps; the binding is still the default.
+  auto mapped = mpirun;
+  mapped["OMPI_MCA_rmaps_base_mapping_policy"] = "core";
+  EXPECT_EQ(classify(mapped).kind, Kind::defaulted);
+  const std::vector<std::pair<std::string, std::string>> asked = {
+      {"OMPI_MCA_hwloc_base_binding_policy", "core"},     // --bind-to core, --mca, an exported variable
+      {"OMPI_MCA_hwloc_base_cpu_set", "1"},               // --cpu-set 1
+      {"OMPI_MCA_rmaps_rank_file_path", "/tmp/ranks"},    // --rankfile
+      {"OMPI_MCA_rmaps_base_mapping_policy", "numa:PE=8"}  // --map-by numa:PE=8
+  };
+  for (const auto& [name, value] : asked) {
+    auto env = mpirun;
+    env[name] = value;
+    const auto binding = classify(env);
+    EXPECT_EQ(binding.kind, Kind::asked) << name;
+    EXPECT_NE(binding.how.find(value), std::string::npos) << binding.how;
+  }
+  EXPECT_EQ(classify(mpirun, {"# site defaults\nhwloc_base_binding_policy = core\n"}).kind, Kind::asked);
+  EXPECT_EQ(classify(mpirun, {"# hwloc_base_binding_policy = core\n"}).kind, Kind::defaulted);
+  // srun binds as asked, also inside an allocation; taskset and numactl leave no trace: asked.
+  const auto srun = classify({{"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "7"}, {"SLURM_CPUS_PER_TASK", "72"}});
+  EXPECT_EQ(srun.kind, Kind::asked);
+  EXPECT_EQ(srun.how, "srun --cpus-per-task=72");
+  EXPECT_EQ(classify({{"SLURM_STEP_ID", "0"}, {"SLURM_CPU_BIND", "quiet,cores"}}).how, "srun --cpu-bind=quiet,cores");
+  EXPECT_EQ(classify({}).kind, Kind::asked);
 }
 
 TEST(DecideBinding, NoneMeansNoBinding) {

@@ -117,4 +117,66 @@ TEST_F(ModelConfigValidation, EpsilonsRopeAndWindowsMustBeValid) {
                  "max_window_layers", "= -1 must be >= 0");
 }
 
+// Every field the supported RoPE types read (#32): type and range, in both config.json forms
+// (rope_scaling beside rope_theta, and rope_parameters), and a RoPE type that is not supported.
+// "factor": 0 used to train on infinite frequencies until the non-finite-loss guard stopped
+// step 1; a string ended in a raw JSON type error.
+TEST_F(ModelConfigValidation, RopeScalingFieldsMustBeValid) {
+  const json llama3 = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const json yarn = {{"rope_type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+                     {"beta_fast", 32.0}, {"beta_slow", 1.0}};
+  EXPECT_EQ(load(kLlama, {{"rope_scaling", llama3}}), "");
+  EXPECT_EQ(load(kLlama, {{"rope_scaling", yarn}}), "");
+  EXPECT_EQ(load(kLlama, {{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}), "");
+  for (const char* form : {"rope_scaling", "rope_parameters"}) {
+    auto with = [&](json rope, const json& change) {
+      rope.merge_patch(change);
+      if (std::string(form) == "rope_parameters") rope["rope_theta"] = 10000.0;
+      return json{{form, rope}};
+    };
+    const std::string f = form;
+    expect_refused(kLlama, with({{"rope_type", "linear"}}, {{"factor", 0}}), f + ".factor", "= 0 must be a finite number > 0");
+    expect_refused(kLlama, with({{"rope_type", "linear"}}, json::object()), f + ".factor", "is missing: RoPE type \"linear\" needs it");
+    expect_refused(kLlama, with(llama3, {{"factor", "8"}}), f + ".factor", "= \"8\" must be a finite number > 0");
+    expect_refused(kLlama, with(llama3, {{"factor", -8}}), f + ".factor", "must be a finite number > 0");
+    expect_refused(kLlama, with(llama3, {{"low_freq_factor", 0}}), f + ".low_freq_factor", "must be a finite number > 0");
+    expect_refused(kLlama, with(llama3, {{"high_freq_factor", 1.0}}), f + ".high_freq_factor", "must exceed low_freq_factor");
+    expect_refused(kLlama, with(llama3, {{"original_max_position_embeddings", 0}}), f + ".original_max_position_embeddings",
+                   "must be a finite number > 0");
+    expect_refused(kLlama, with(llama3, {{"original_max_position_embeddings", nullptr}}),
+                   f + ".original_max_position_embeddings", "is missing");
+    expect_refused(kLlama, with(yarn, {{"factor", -2}}), f + ".factor", "must be a finite number >= 0");
+    expect_refused(kLlama, with(yarn, {{"beta_fast", 0}}), f + ".beta_fast", "must be a finite number > 0");
+    expect_refused(kLlama, with(yarn, {{"beta_slow", "1"}}), f + ".beta_slow", "must be a finite number > 0");
+    expect_refused(kLlama, with(yarn, {{"mscale", -1}}), f + ".mscale", "must be a finite number >= 0");
+    expect_refused(kLlama, with(yarn, {{"mscale_all_dim", true}}), f + ".mscale_all_dim", "must be a finite number >= 0");
+    expect_refused(kLlama, with(yarn, {{"attention_factor", 0}}), f + ".attention_factor", "must be a finite number > 0");
+    expect_refused(kLlama, with(yarn, {{"truncate", "yes"}}), f + ".truncate", "must be true or false");
+    expect_refused(kLlama, with(yarn, {{"partial_rotary_factor", 1.5}}), "partial_rotary_factor", "must lie in (0, 1]");
+    expect_refused(kLlama, with({{"rope_type", "dynamic"}}, {{"factor", 2.0}}), f + ".rope_type", "is not supported");
+  }
+  expect_refused(kLlama, {{"rope_scaling", {{"type", 3}}}}, "rope_scaling.type", "must be a string");
+  expect_refused(kMixtral, {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0}}}}, "rope_scaling.factor",
+                 "must be a finite number > 0");
+}
+
+// RoPE rotates channel pairs: an odd head_dim used to end in a raw LibTorch message ("start
+// (0) + length (8) exceeds dimension size (7)") naming neither the file nor the key.
+TEST_F(ModelConfigValidation, HeadDimMustBeEven) {
+  expect_refused(kLlama, {{"head_dim", 7}}, "head_dim", "= 7 must be even");
+  expect_refused(kMixtral, {{"head_dim", 9}}, "head_dim", "= 9 must be even");
+  expect_refused(kLlama, {{"hidden_size", 36}, {"num_attention_heads", 4}, {"num_key_value_heads", 4}},
+                 "num_attention_heads", "gives head_dim = hidden_size / heads = 9, which must be even");
+}
+
+TEST_F(ModelConfigValidation, LayerTypesHaveOneValidEntryPerLayer) {
+  EXPECT_EQ(load(kLlama, {{"layer_types", {"full_attention", "sliding_attention"}}, {"sliding_window", 8}}), "");
+  expect_refused(kLlama, {{"layer_types", {"full_attention"}}}, "layer_types", "has 1 entries, but num_hidden_layers = 2");
+  expect_refused(kMixtral, {{"layer_types", {"full_attention", "full_attention", "full_attention"}}}, "layer_types",
+                 "has 3 entries, but num_hidden_layers = 2");
+  expect_refused(kLlama, {{"layer_types", {"full_attention", "local"}}}, "layer_types",
+                 "entry 1 = \"local\" is not \"full_attention\" or \"sliding_attention\"");
+}
+
 }  // namespace

@@ -47,6 +47,9 @@ class HfConfig {
   // num_attention_heads, num_key_value_heads (default: heads) and head_dim (default:
   // hidden / heads), checked as AttentionHeads says.
   AttentionHeads attention_heads(int64_t hidden) const;
+  // "layer_types" (empty when absent): one entry per layer, each "full_attention" or
+  // "sliding_attention".
+  std::vector<std::string> layer_types(int64_t layers) const;
   // An error about `key` that the typed accessors cannot see (consistency between keys).
   [[noreturn]] void invalid(const std::string& key, const std::string& problem) const { fail(key, problem); }
   // A nested object (e.g. "rope_parameters"); null json when absent.
