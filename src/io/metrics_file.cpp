@@ -149,10 +149,16 @@ bool MetricsFile::reopen(int64_t keep_through_step, const std::map<std::string, 
   for (const auto& column : train_columns_) names.push_back("train/" + column);
   for (const auto& column : rank_columns_) names.push_back("ranks/" + column);
   std::vector<std::vector<double>> columns;
-  const bool same_layout = read_columns(path_, names, columns) &&
-                           columns[train_columns_.size()].size() == columns[0].size() * static_cast<size_t>(world_);
+  // The world size that wrote the file: /ranks holds `rows × world` values per column.
+  const bool readable = read_columns(path_, names, columns);
+  const size_t rows = readable ? columns[0].size() : 0;
+  const size_t written_world = rows > 0 ? columns[train_columns_.size()].size() / rows : static_cast<size_t>(world_);
+  bool same_layout = readable;
+  for (size_t c = train_columns_.size(); same_layout && c < columns.size(); ++c) {
+    same_layout = columns[c].size() == rows * written_world;
+  }
   if (!same_layout) {
-    // Another layout, another world size, or unreadable: kept under another name.
+    // Another layout or unreadable: kept under another name.
     const auto stamp = std::chrono::system_clock::now().time_since_epoch() / std::chrono::seconds(1);
     fs::rename(path_, path_ + "." + std::to_string(stamp) + ".old");
     return false;
@@ -170,6 +176,12 @@ bool MetricsFile::reopen(int64_t keep_through_step, const std::map<std::string, 
     std::vector<double> train_row, rank_values;
     for (size_t c = 0; c < train; ++c) train_row.push_back(columns[c][row]);
     for (size_t c = train; c < columns.size(); ++c) {
+      if (written_world != world) {
+        // Resumed at another world size (resharded): the curve goes on, the per-rank rows of
+        // the earlier steps have no column per rank of this world and read NaN.
+        rank_values.insert(rank_values.end(), world, std::numeric_limits<double>::quiet_NaN());
+        continue;
+      }
       rank_values.insert(rank_values.end(), columns[c].begin() + static_cast<std::ptrdiff_t>(row * world),
                          columns[c].begin() + static_cast<std::ptrdiff_t>((row + 1) * world));
     }

@@ -2,7 +2,9 @@
 // quantity under /train (a row per step), per-rank timings under /ranks ([steps, world], for
 // stragglers), the configuration and environment as attributes. The file is in SWMR mode,
 // so h5py can read it during the run (h5py.File(path, "r", swmr=True), dataset.refresh()).
-// A resumed run drops the rows past its checkpoint and appends. Datasets of a fixed shape
+// A resumed run drops the rows past its checkpoint and appends; resumed at another world size
+// it keeps /train, and the earlier steps' /ranks rows read NaN (one column per rank of the new
+// world). A file of another layout is kept as metrics.h5.<time>.old. Datasets of a fixed shape
 // (the one-step profile) are created up front, NaN until written: SWMR allows no new objects
 // once readers may follow the file.
 #pragma once

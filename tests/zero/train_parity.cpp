@@ -10,6 +10,9 @@
 //
 //   train_parity --arch llama|moe [--steps 20] [--micro 2] [--accumulation 2] [--seq 16]
 //                [--bf16-steps 50] [--max-live N] [--bucket N] [--no-checkpointing] [--device cpu|cuda]
+//                [--experts N]
+// --experts: the MoE model's expert count (default 4); 5 at 8 ranks gives expert tensors whose
+// shards cut through experts and padding on the last ranks.
 // --bucket: the engine's reduce_bucket_size; small values cut each layer's reduce-scatter into
 // many chunks, several of them in flight while backward goes on.
 #include <ATen/CPUGeneratorImpl.h>
@@ -51,13 +54,14 @@ struct Options {
   bool checkpointing = true;
   at::Device device = at::kCPU;
   double lr = 5e-3, clip = 0.5, weight_decay = 0.1;
+  int experts = 4;
 };
 
 
-std::string model_config(const std::string& arch) {
+std::string model_config(const std::string& arch, int experts) {
   if (arch == "moe") {
     return R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 61, "hidden_size": 32, "intermediate_size": 64,
-      "moe_intermediate_size": 24, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true,
+      "moe_intermediate_size": 24, "num_experts": )" + std::to_string(experts) + R"(, "num_experts_per_tok": 2, "norm_topk_prob": true,
       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
       "initializer_range": 0.1, "tie_word_embeddings": false})";
   }
@@ -191,6 +195,7 @@ int main(int argc, char** argv) {
     else if (a == "--bucket") o.bucket = std::stoll(next());
     else if (a == "--no-checkpointing") o.checkpointing = false;
     else if (a == "--device") o.device = at::Device(next());
+    else if (a == "--experts") o.experts = std::stoi(next());
   }
   if (o.device.is_cuda()) {
     if (!torch::cuda::is_available()) {
@@ -204,7 +209,7 @@ int main(int argc, char** argv) {
   const int rank = world->rank(), size = world->size();
   const auto dir = std::filesystem::temp_directory_path() / ("so_parity_" + o.arch + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << model_config(o.arch);
+  std::ofstream(dir / "config.json") << model_config(o.arch, o.experts);
 
   int failures = 0;
   try {
