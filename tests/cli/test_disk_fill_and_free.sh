@@ -42,12 +42,13 @@ sabotage() {
   while ((${#left[@]})); do
     for gate in "${left[@]}"; do
       [[ -e $gates/$gate.reached ]] || continue
-      fallocate -l "$(df -B1 --output=avail "$mnt" | tail -1)" "$mnt/fill" 2>/dev/null
-      fallocate -l "$(df -B1 --output=avail "$mnt" | tail -1)" "$mnt/fill2" 2>/dev/null  # what rounding left
+      # Every byte: written until ENOSPC (a fallocate of the free space measured a moment
+      # earlier fails whole when the other rank's writes take some of it meanwhile).
+      cat /dev/zero > "$mnt/fill" 2>/dev/null
       echo "filled the disk at $gate ($(df -B1 --output=avail "$mnt" | tail -1 | tr -d ' ') bytes free)" >> "$gates/sabotage.log"
       touch "$gates/$gate.go"
       for ((i = 0; i < 2000; i++)); do [[ -e $gates/$gate.done ]] && break; sleep 0.01; done
-      rm -f "$mnt/fill" "$mnt/fill2"
+      rm -f "$mnt/fill"
       left=("${left[@]/$gate/}")
       local rest=()
       for g in "${left[@]}"; do [[ -n $g ]] && rest+=("$g"); done
@@ -78,7 +79,7 @@ run_with_faults() {
   kill "$saboteur" 2>/dev/null
   wait "$saboteur" 2>/dev/null
   saboteur=
-  rm -f "$mnt/fill" "$mnt/fill2"
+  rm -f "$mnt/fill"
   ((rc != 124 && rc < 128)) || fail "$name: ended by a signal or a hang: exit $rc after $((SECONDS - start)) s: $(tail -20 <<<"$out")"
   local struck
   struck=$(grep -c "filled the disk" "$gates/sabotage.log" 2>/dev/null)
