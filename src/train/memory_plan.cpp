@@ -1,6 +1,8 @@
 // Memory plan.
 #include "train/memory_plan.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -137,6 +139,12 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   }
   // Set-up materialises one full layer in fp32 before sharding it.
   p.host_setup_bytes = 4 * largest;
+  // Communication buffers appear when ranks first talk, after the baseline was measured: Open
+  // MPI's shared-memory transport and the collectives' buffers took 55-80 MiB per rank at 2-8
+  // ranks here (1-2 MiB more per peer; calibrated against peak RSS, tests/cli/test_memory_plan_rss.sh).
+  const double mib = 1024.0 * 1024;
+  const double communication = ranks > 1 ? 60 * mib + 3 * mib * std::min(ranks - 1, 15) : 0;
+  p.host_runtime_bytes = process_baseline_bytes() + communication + (on_gpu ? kCudaHostRuntimeBytes : 0);
   if (!on_gpu) {  // CPU runs: everything lives in host memory (no CUDA runtime)
     p.device_runtime_bytes = 0;
     p.host_optimizer_bytes += p.device_total();
@@ -164,7 +172,8 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   }
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
                   (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up " +
-                  gib(p.host_setup_bytes) + " = " + gib(p.host_total()));
+                  gib(p.host_setup_bytes) + ", program and libraries " + gib(p.host_runtime_bytes) +
+                  (p.on_gpu ? " (with the CUDA runtime's, estimated)" : "") + " = " + gib(p.host_total()));
   if (p.nvme_bytes > 0) {
     lines.push_back("per rank, NVMe: optimizer state " + gib(p.nvme_bytes) + " (master and moments of the CPU share; "
                     "the host holds buffer_count sub-groups of it)");
@@ -222,6 +231,16 @@ std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& m, const conf
   fix = (fix.empty() ? std::string("this model does not fit this GPU") : fix) +
         "; `superoffload plan` shows the estimate for other shapes ([runtime] check_memory = false skips this check)";
   return DeviceRefusal{message.str(), fix};
+}
+
+double process_baseline_bytes() {
+  static const double bytes = [] {
+    std::ifstream in("/proc/self/statm");
+    double pages = 0, resident = 0;
+    in >> pages >> resident;
+    return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  }();
+  return bytes;
 }
 
 double available_host_bytes() {

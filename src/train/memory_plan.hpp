@@ -45,6 +45,10 @@ struct MemoryPlan {
   double device_runtime_bytes = 0;     // CUDA context, cuBLAS and NCCL workspaces (estimate;
                                        // already in use when train checks free memory)
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
+  // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they
+  // are resident (measured in this process, which has them loaded), plus on GPU runs an
+  // estimate of the CUDA runtime's host memory. For the tiny model it is most of the total.
+  double host_runtime_bytes = 0;
   // [offload] device = "nvme": the CPU share's master and moments, in the rank's file under
   // nvme_path (host_optimizer_bytes then holds the gradient copies and the buffer ring).
   double nvme_bytes = 0;
@@ -52,7 +56,7 @@ struct MemoryPlan {
     return device_parameter_bytes + device_gradient_bytes + device_gathered_bytes + device_reduce_bytes +
            device_activation_bytes + device_logits_bytes + device_optimizer_bytes + device_runtime_bytes;
   }
-  double host_total() const { return host_optimizer_bytes + host_setup_bytes; }
+  double host_total() const { return host_optimizer_bytes + host_setup_bytes + host_runtime_bytes; }
 };
 
 MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu);
@@ -73,6 +77,13 @@ struct DeviceRefusal {
 };
 std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& model, const config::Config& config, int ranks,
                                                   const std::string& device, double free_bytes, double total_bytes);
+
+// What this process holds resident the first time it is asked (before a run allocates): the
+// program and its libraries. Measured once, from /proc/self/statm.
+double process_baseline_bytes();
+// The CUDA runtime's host memory per GPU rank (context, pinned staging, the libraries' data):
+// an estimate, not yet measured on a GPU node.
+constexpr double kCudaHostRuntimeBytes = 1024.0 * 1024 * 1024;
 
 // Bytes of memory this node can give the job (MemAvailable).
 double available_host_bytes();

@@ -91,6 +91,8 @@ const Column kRankColumns[] = {
     {"predicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.predicted_stops); }},
     {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
     {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
+    // Compared with the plan's host bytes per rank (file attribute planned_host_bytes).
+    {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
 };
 
 // What DeepSpeed's monitors get, under DeepSpeed's tags (its engine writes the first two).

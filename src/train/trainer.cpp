@@ -203,6 +203,9 @@ std::map<std::string, std::string> run_attributes(const config::Config& cfg, con
                                                 {"hosts", hosts},
                                                 {"versions", versions},
                                                 {"binding", binding}};
+  // What /ranks/host_peak_rss_bytes is compared with: the plan's host bytes per rank.
+  attributes["planned_host_bytes"] = std::to_string(static_cast<int64_t>(
+      plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), device.is_cuda()).host_total()));
   if (device.is_cuda()) {
     // What /train/device_peak_bytes is compared with: the plan's device bytes per rank, without
     // the runtime's share (which the caching allocator does not see).
@@ -311,6 +314,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   }
 
   // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
+  process_baseline_bytes();  // measured now, before the run allocates: the plan's runtime share
   if (cfg.runtime.check_memory) {
     check_memory_fits(cfg, world, device);
   } else {
