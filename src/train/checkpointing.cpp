@@ -168,6 +168,10 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
   writer_ = std::thread([this, write = std::move(write)]() mutable {
     try {
       write();
+    } catch (const io::SaveFailed& e) {
+      // Said now, not at the next save, which decides whether training may go on.
+      if (world_.rank() == 0) SO_LOG(error) << e.what() << " (a background save)";
+      writer_error_ = std::current_exception();
     } catch (...) {
       writer_error_ = std::current_exception();
     }

@@ -472,7 +472,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
   }
   // A periodic save that failed and was tolerated must not end the run as if all were saved.
-  if (cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit) checkpoints.require_last_saved();
+  checkpoints.require_last_saved();
   summary.skipped_steps = skips.total();
   summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
   summary.throughput = measure_throughput(throughput, summary.mean_step_s, peak);
