@@ -44,7 +44,9 @@ LauncherBinding classify_launcher_binding(const std::function<std::optional<std:
   if (env("OMPI_MCA_orte_launch")) {
     if (const auto policy = env("OMPI_MCA_hwloc_base_binding_policy")) return {Kind::asked, "mpirun --bind-to " + *policy};
     if (const auto cpus = env("OMPI_MCA_hwloc_base_cpu_set")) return {Kind::asked, "mpirun --cpu-set " + *cpus};
-    if (const auto rankfile = env("OMPI_MCA_rmaps_rank_file_path")) return {Kind::asked, "mpirun --rankfile " + *rankfile};
+    for (const char* name : {"OMPI_MCA_orte_rankfile", "OMPI_MCA_rmaps_rank_file_path"}) {
+      if (const auto rankfile = env(name)) return {Kind::asked, "mpirun --rankfile " + *rankfile};
+    }
     if (const auto mapping = env("OMPI_MCA_rmaps_base_mapping_policy");
         mapping && mapping->find("PE=") != std::string::npos) {
       return {Kind::asked, "mpirun --map-by " + *mapping};

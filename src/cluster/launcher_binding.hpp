@@ -9,7 +9,8 @@
 // OMPI_MCA_orte_bound_at_launch=1 whenever it bound the rank, and the binding options as MCA
 // parameters: --bind-to X → OMPI_MCA_hwloc_base_binding_policy=X (also --mca or an exported
 // OMPI_MCA_ variable), --cpu-set → OMPI_MCA_hwloc_base_cpu_set, --map-by OBJ:PE=N →
-// OMPI_MCA_rmaps_base_mapping_policy with "PE=", a rankfile → OMPI_MCA_rmaps_rank_file_path.
+// OMPI_MCA_rmaps_base_mapping_policy with "PE=", --rankfile → OMPI_MCA_orte_rankfile (its
+// newer name rmaps_rank_file_path is read too).
 // A policy set in an MCA parameter file (/etc/openmpi/openmpi-mca-params.conf,
 // ~/.openmpi/mca-params.conf) is not exported, so those files are read too. Slurm's srun binds
 // as --cpu-bind and --cpus-per-task ask (SLURM_CPU_BIND*, SLURM_CPUS_PER_TASK): always kept.

@@ -280,7 +280,9 @@ std::vector<Section> build_schema() {
     b.add("device", &RuntimeConfig::device, "\"auto\" (CUDA when a GPU is visible), \"cpu\" or \"cuda\".");
     b.add("comm_backend", &RuntimeConfig::comm_backend, "\"auto\" (NCCL on CUDA, MPI on CPU), \"mpi\" or \"nccl\".");
     b.add("bind", &RuntimeConfig::bind,
-          "\"auto\": bind each rank to cores near its GPU (a launcher binding is kept); \"none\": no binding.");
+          "\"auto\": bind each rank to its share of the cores near its GPU (a binding asked of the launcher, "
+          "e.g. srun --cpu-bind or mpirun --bind-to, is kept; Open MPI's default one-core binding is replaced); "
+          "\"none\": no binding.");
     b.add("peak_tflops", &RuntimeConfig::peak_tflops,
           "Peak dense TFLOPS per device for MFU; 0: from the GPU model (H100/GH200 bf16).")
         .at_least(0);

@@ -198,7 +198,8 @@ TEST(LauncherBinding, OpenMpisDefaultIsToldFromAnAskedBinding) {
   const std::vector<std::pair<std::string, std::string>> asked = {
       {"OMPI_MCA_hwloc_base_binding_policy", "core"},     // --bind-to core, --mca, an exported variable
       {"OMPI_MCA_hwloc_base_cpu_set", "1"},               // --cpu-set 1
-      {"OMPI_MCA_rmaps_rank_file_path", "/tmp/ranks"},    // --rankfile
+      {"OMPI_MCA_orte_rankfile", "/tmp/ranks"},           // --rankfile (Open MPI 4.1)
+      {"OMPI_MCA_rmaps_rank_file_path", "/tmp/ranks"},    // its newer name
       {"OMPI_MCA_rmaps_base_mapping_policy", "numa:PE=8"}  // --map-by numa:PE=8
   };
   for (const auto& [name, value] : asked) {
