@@ -167,6 +167,14 @@ class Gpt2Model : public model::CausalLM {
     return {{"transformer.wte.weight", "lm_head.weight"}};
   }
   double initializer_range() const override { return s_.initializer_range; }
+  // GPT-2's LayerNorms are ln_1, ln_2 and ln_f, which HF Trainer finds by module type, not name.
+  model::ParameterRole parameter_role(const std::string& hf_name) const override {
+    if (hf_name.find(".ln_") != std::string::npos && hf_name.size() > 7 &&
+        hf_name.compare(hf_name.size() - 7, 7, ".weight") == 0) {
+      return model::ParameterRole::norm;
+    }
+    return model::parameter_role_by_name(hf_name);
+  }
   std::string checkpoint_prefix() const override { return "transformer."; }
   bool ignorable_checkpoint_tensor(const std::string& name) const override {
     // The causal-mask buffers older checkpoints carry.

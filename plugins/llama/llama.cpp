@@ -23,6 +23,7 @@ struct Settings {
   std::string architecture;
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 1e-6, initializer_range = 0.02;
+  int64_t padding_idx = -1;  // embedding row without gradient (pad_token_id), -1: none
   bool tie_embeddings = false;
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool qk_norm = false;  // Qwen3
@@ -45,6 +46,7 @@ Settings read_settings(const HfConfig& c) {
   c.dimension("max_position_embeddings", 1);  // only validated: rotary positions need no table
   s.initializer_range = c.positive_number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
+  s.padding_idx = c.padding_idx(s.vocab);  // HF: nn.Embedding(vocab, hidden, pad_token_id)
   const std::string act = c.string("hidden_act", "silu");
   SO_CHECK(act == "silu", c.path() << ": hidden_act \"" << act << "\" is not supported by the llama plugin (silu only)");
 
@@ -145,7 +147,7 @@ class LlamaModel : public model::CausalLM {
  public:
   explicit LlamaModel(const HfConfig& config) : s_(read_settings(config)) {
     auto rotary = std::make_shared<const Rotary>(config, s_.head_dim);
-    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden);
+    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden, s_.padding_idx);
     layers_.push_back(embedding);
     for (int64_t i = 0; i < s_.layers; ++i) layers_.push_back(std::make_shared<DecoderBlock>(s_, i, rotary));
     layers_.push_back(

@@ -4,15 +4,17 @@
 // and full attention, YaRN RoPE). Each expert runs only on the tokens routed to it.
 //
 // Load-balancing loss: when config.json sets output_router_logits (as HF requires for it to
-// count), each MoE layer adds router_aux_loss_coef · E · Σ_e f_e · P_e / (MoE layers) to
-// BatchContext::aux_losses — the Switch-Transformer loss per layer, averaged. HF computes the
-// same quantity over all layers' tokens at once; layer-by-layer execution needs it per layer.
+// count), each MoE layer hands its router's statistics to the engine, which pools all MoE
+// layers of the forward pass into HF's loss (model/load_balancing.hpp), weighted by
+// router_aux_loss_coef. The statistics come from the raw router logits in every family (GPT-OSS:
+// with the router's bias), as HF records them, not from the normalised top-k weights.
 #include "base/error.hpp"
 #include "model/blocks/decoder_layers.hpp"
 #include "model/blocks/linear.hpp"
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
+#include "model/load_balancing.hpp"
 #include "model/plugin.hpp"
 
 namespace superoffload::plugins::moe {
@@ -29,12 +31,12 @@ struct Settings {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t experts = 0, top_k = 0, expert_intermediate = 0, dense_intermediate = 0;
   double eps = 1e-6, initializer_range = 0.02;
+  int64_t padding_idx = -1;  // embedding row without gradient (pad_token_id), -1: none
   bool tie_embeddings = false, attention_bias = false, norm_topk_prob = true;
   double aux_loss_coef = 0.0;  // 0 unless output_router_logits
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
   std::vector<int64_t> sliding_window;  // per layer, 0 = full
   std::vector<bool> sparse;             // per layer: MoE or dense MLP (Qwen3-MoE mlp_only_layers)
-  int64_t moe_layers = 0;
 };
 
 Settings read_settings(const HfConfig& c) {
@@ -54,6 +56,7 @@ Settings read_settings(const HfConfig& c) {
   c.dimension("max_position_embeddings", 1);  // only validated: rotary positions need no table
   s.initializer_range = c.positive_number("initializer_range", 0.02);
   s.tie_embeddings = c.boolean("tie_word_embeddings", false);
+  s.padding_idx = c.padding_idx(s.vocab);  // HF: nn.Embedding(vocab, hidden, pad_token_id)
   s.top_k = c.dimension("num_experts_per_tok");
   if (c.boolean("output_router_logits", false)) s.aux_loss_coef = c.number("router_aux_loss_coef", 0.001);
   const std::string act = c.string("hidden_act", "silu");
@@ -97,7 +100,6 @@ Settings read_settings(const HfConfig& c) {
       s.sparse[static_cast<size_t>(i)] = !listed && s.experts > 0 && step > 0 && (i + 1) % step == 0;
     }
   }
-  s.moe_layers = std::count(s.sparse.begin(), s.sparse.end(), true);
 
   const int64_t window = c.integer("sliding_window", s.family == Family::gpt_oss ? 128 : 0);
   if (window < 0) c.invalid("sliding_window", "= " + std::to_string(window) + " must be >= 0 (0: full attention)");
@@ -193,7 +195,9 @@ class SparseMoe : public torch::nn::Module {
       weights = top.to(logits.scalar_type());
       indices = idx;
     }
-    if (s_.aux_loss_coef > 0 && context.aux_losses) context.aux_losses->push_back(aux_loss(logits));
+    if (s_.aux_loss_coef > 0 && context.router_statistics) {
+      context.router_statistics->push_back(model::router_statistics(logits, s_.top_k, s_.aux_loss_coef));
+    }
 
     // Group the (token, slot) pairs by expert; each expert sees only its own tokens.
     const int64_t n_tokens = tokens.size(0);
@@ -221,14 +225,6 @@ class SparseMoe : public torch::nn::Module {
   std::shared_ptr<FusedExperts> fused;
 
  private:
-  at::Tensor aux_loss(const at::Tensor& logits) const {
-    const auto probs = at::softmax(logits.to(at::kFloat), -1);
-    const auto selected = std::get<1>(probs.topk(s_.top_k, -1));
-    const auto tokens_per_expert = at::one_hot(selected, s_.experts).to(at::kFloat).mean(0);  // [k, E]
-    const auto prob_per_expert = probs.mean(0);                                                // [E]
-    const auto loss = (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(s_.experts);
-    return loss * (s_.aux_loss_coef / static_cast<double>(std::max<int64_t>(1, s_.moe_layers)));
-  }
   Settings s_;
 };
 
@@ -295,7 +291,7 @@ class MoeModel : public model::CausalLM {
                        {"truncate", false}, {"original_max_position_embeddings", 4096}, {"rope_theta", 150000.0}};
     }
     auto rotary = std::make_shared<const model::Rotary>(config, s_.head_dim, rope_defaults);
-    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden);
+    auto embedding = std::make_shared<model::TokenEmbeddingLayer>(s_.vocab, s_.hidden, s_.padding_idx);
     layers_.push_back(embedding);
     for (int64_t i = 0; i < s_.layers; ++i) layers_.push_back(std::make_shared<DecoderBlock>(s_, i, rotary));
     layers_.push_back(

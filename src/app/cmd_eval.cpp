@@ -18,7 +18,10 @@ int run_eval(const cluster::MpiWorld& world, const train::EvalRequest& request) 
   std::cout << "eval: " << r.sequences << " sequence(s) x " << r.seq_len << " tokens, " << r.predicted_tokens
             << " predicted tokens\n"
             << "mean loss " << r.mean_loss << "\nperplexity " << std::exp(r.mean_loss) << "\n";
-  if (r.aux_loss != 0) std::cout << "aux loss " << r.aux_loss << " (router load balancing, weighted by router_aux_loss_coef)\n";
+  if (r.aux_loss != 0) {
+    std::cout << "aux loss " << r.aux_loss
+              << " (router load balancing as HF's aux_loss, unweighted; training adds router_aux_loss_coef x it)\n";
+  }
   if (!request.dump_logits.empty()) std::cout << "logits and per-token loss written to " << request.dump_logits << "\n";
   return 0;
 }

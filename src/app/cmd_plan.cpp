@@ -1,20 +1,56 @@
 // `superoffload plan CONFIG --nodes N --gpus-per-node G`: the memory a run of CONFIG needs per
 // GPU and per node (host), for a cluster shape the user may not have yet; with
 // --gpu-memory / --host-memory it also says whether that fits. Reads config.json only.
+// With --parameters it lists every tensor of the model with its role and whether AdamW decays
+// it: the model is built by its plugin, its memory reserved but never touched or filled.
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "app/commands.hpp"
 #include "cluster/mpi_world.hpp"
+#include "model_io/load_model.hpp"
 #include "train/memory_plan.hpp"
 
 namespace superoffload::app {
+namespace {
+
+const char* role_name(model::ParameterRole role) {
+  switch (role) {
+    case model::ParameterRole::weight: return "weight";
+    case model::ParameterRole::bias: return "bias";
+    case model::ParameterRole::norm: return "norm";
+  }
+  return "?";
+}
+
+// "name  [shape]  role  decay|no decay", one line per tensor in layer order.
+void list_parameters(const config::Config& config) {
+  const auto loaded = model::load_model(config.model.path, config.model.plugin, config::InitMode::random, 0,
+                                        /*defer=*/true);
+  int64_t decayed = 0, plain = 0;
+  for (const auto& layer : loaded.model->layers()) {
+    for (const auto& [name, tensor] : layer->hf_parameters()) {
+      std::ostringstream shape;
+      shape << tensor.sizes();
+      const bool decays = loaded.model->decays(name);
+      (decays ? decayed : plain) += tensor.numel();
+      std::cout << std::left << std::setw(56) << name << " " << std::setw(16) << shape.str() << " " << std::setw(6)
+                << role_name(loaded.model->parameter_role(name)) << " " << (decays ? "decay" : "no decay") << "\n";
+    }
+  }
+  std::cout << "weight decay " << config.optimizer.weight_decay << " on " << decayed << " parameters, none on "
+            << plain << " (biases and norm weights, by name as HF Trainer decides)\n";
+}
+
+}  // namespace
 
 void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   struct Options {
     ConfigOptions config;
     int nodes = 1, gpus_per_node = 1;
     double gpu_memory_gb = 0, host_memory_gb = 0;
-    bool cpu = false;
+    bool cpu = false, parameters = false;
   };
   auto o = std::make_shared<Options>();
   auto* command = app.add_subcommand("plan", "Estimate the memory a configuration needs on a cluster shape");
@@ -24,11 +60,14 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   command->add_option("--gpu-memory", o->gpu_memory_gb, "Memory per GPU in GB, e.g. 96 for a GH200 (optional)");
   command->add_option("--host-memory", o->host_memory_gb, "Host memory per node in GB (optional)");
   command->add_flag("--cpu", o->cpu, "Ranks without GPUs (everything in host memory)");
+  command->add_flag("--parameters", o->parameters,
+                    "Also list every tensor of the model: shape, role, and whether weight decay applies");
   command->callback([&run, &globals, o] {
     run = [&globals, o](const cluster::MpiWorld& world) {
       const int ranks = o->nodes * o->gpus_per_node;
       const auto loaded = load_config_or_exit(world, o->config, globals, ranks);
       if (world.rank() != 0) return 0;
+      if (o->parameters) list_parameters(loaded.config);
       const auto size = train::model_size_from_config(loaded.config.model.path);
       const auto plan = train::plan_memory(size, loaded.config, ranks, !o->cpu);
       for (const auto& line : train::describe_plan(size, plan, o->gpus_per_node, o->gpu_memory_gb * 1e9,

@@ -118,7 +118,10 @@ std::vector<Section> build_schema() {
     b.add("bench_steps", &TrainingConfig::bench_steps,
           "Stop after timing_warmup_steps + bench_steps steps and print the timing summary; 0: off.")
         .at_least(0);
-    b.add("seed", &TrainingConfig::seed, "Seed for initialisation, shuffling and dropout.").at_least(0);
+    b.add("seed", &TrainingConfig::seed,
+          "Seed for initialisation and shuffling. Dropout is not implemented: a config.json that sets one "
+          "trains without it, with a warning.")
+        .at_least(0);
     b.add("activation_checkpointing", &TrainingConfig::activation_checkpointing,
           "Keep only each layer's input and recompute in backward; false keeps all activations.");
   }
@@ -128,7 +131,11 @@ std::vector<Section> build_schema() {
     b.add("lr", &OptimizerConfig::lr, "Peak learning rate.").at_least(0);
     b.add("betas", &OptimizerConfig::betas, "Adam beta1 and beta2, each in [0, 1).").size(2).at_least(0).below(1);
     b.add("eps", &OptimizerConfig::eps, "Adam epsilon.").above(0);
-    b.add("weight_decay", &OptimizerConfig::weight_decay, "Weight decay (never applied to norms and biases).")
+    b.add("weight_decay", &OptimizerConfig::weight_decay,
+          "Weight decay, by name as HF Trainer decides it: none for biases (any name containing \"bias\", "
+          "whatever its shape) and norm weights (layernorm, rmsnorm, norm, *_norm); every other tensor is "
+          "decayed — embeddings, GPT-OSS attention sinks and experts included. `superoffload plan --parameters` "
+          "lists each tensor's choice.")
         .at_least(0);
     b.add("max_consecutive_skips", &OptimizerConfig::max_consecutive_skips,
           "Abort after this many consecutive steps skipped for non-finite gradients.")

@@ -4,7 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "base/error.hpp"
+#include "model/blocks/decoder_layers.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -18,7 +22,29 @@ uint64_t fnv1a(const std::string& text) {
   return hash;
 }
 
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
+
+ParameterRole parameter_role_by_name(const std::string& hf_name) {
+  std::string lower = hf_name;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("bias") != std::string::npos) return ParameterRole::bias;
+  if (lower.find("layernorm") != std::string::npos || lower.find("rmsnorm") != std::string::npos) {
+    return ParameterRole::norm;
+  }
+  // A module named "norm" (model.norm) or "<something>_norm" (q_norm, k_norm).
+  size_t begin = 0;
+  while (begin <= lower.size()) {
+    const size_t end = std::min(lower.find('.', begin), lower.size());
+    const std::string part = lower.substr(begin, end - begin);
+    if (part == "norm" || ends_with(part, "_norm")) return ParameterRole::norm;
+    begin = end + 1;
+  }
+  return ParameterRole::weight;
+}
 
 at::Tensor next_token_labels(const at::Tensor& tokens) {
   const int64_t seq = tokens.size(1);
@@ -77,14 +103,18 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
     const auto& layer = layers().at(layer_index);
     for (auto& [name, tensor] : layer->hf_parameters()) {
       auto generator = at::make_generator<at::CPUGeneratorImpl>(seed ^ fnv1a(name));
-      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-        tensor.zero_();
-      } else if (tensor.dim() == 1) {
-        tensor.fill_(1.0);  // norm scales
-      } else {
-        // Drawn on the CPU in fp32 so the values are the same whatever the device and dtype.
-        tensor.copy_(at::empty(tensor.sizes(), at::kFloat).normal_(0.0, std, generator));
+      switch (parameter_role(name)) {
+        case ParameterRole::bias: tensor.zero_(); break;
+        case ParameterRole::norm: tensor.fill_(1.0); break;
+        case ParameterRole::weight:
+          // Drawn on the CPU in fp32 so the values are the same whatever the device and dtype.
+          tensor.copy_(at::empty(tensor.sizes(), at::kFloat).normal_(0.0, std, generator));
+          break;
       }
+    }
+    if (const auto* embedding = dynamic_cast<const TokenEmbeddingLayer*>(layer.get());
+        embedding && embedding->padding_idx() >= 0) {
+      embedding->embed_tokens->weight[embedding->padding_idx()].zero_();
     }
   }
 }

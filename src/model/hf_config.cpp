@@ -160,6 +160,26 @@ const nlohmann::json& HfConfig::object(const std::string& key) const {
   return *v;
 }
 
+int64_t HfConfig::padding_idx(int64_t vocab) const {
+  if (!has("pad_token_id")) return -1;
+  const int64_t pad = integer("pad_token_id");
+  if (pad < -vocab || pad >= vocab) {
+    fail("pad_token_id", "= " + std::to_string(pad) + " is not a row of the embedding (vocab_size " +
+                             std::to_string(vocab) + "): set it to a token id below vocab_size, or null for none");
+  }
+  return pad < 0 ? pad + vocab : pad;
+}
+
+std::vector<std::pair<std::string, double>> HfConfig::dropouts() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [key, value] : json_.items()) {
+    const bool dropout = key.find("dropout") != std::string::npos || key.find("pdrop") != std::string::npos;
+    if (!dropout || key.rfind("classifier", 0) == 0 || key.rfind("summary", 0) == 0) continue;
+    if (value.is_number() && value.get<double>() > 0) out.emplace_back(key, value.get<double>());
+  }
+  return out;
+}
+
 std::string HfConfig::architecture() const {
   auto names = strings("architectures");
   return names.empty() ? std::string() : names.front();

@@ -18,7 +18,7 @@ struct EvalRequest {
 struct EvalResult {
   int64_t sequences = 0, seq_len = 0, predicted_tokens = 0;
   double mean_loss = 0;
-  double aux_loss = 0;  // MoE router load balancing (weighted by router_aux_loss_coef), 0 when off
+  double aux_loss = 0;  // MoE router load balancing, HF's aux_loss (unweighted), 0 when off
 };
 
 EvalResult evaluate(const EvalRequest& request);

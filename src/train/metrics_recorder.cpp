@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,9 @@ const Column kTrainColumns[] = {
     {"loss", [](const StepRecord& r) { return r.loss; }},
     {"lr", [](const StepRecord& r) { return r.lr; }},
     {"grad_norm", [](const StepRecord& r) { return r.grad_norm; }},
+    // MoE runs with output_router_logits: HF's unweighted aux_loss (router_aux_loss_coef times
+    // it is what training adds to `loss`); NaN otherwise.
+    {"aux_loss", [](const StepRecord& r) { return r.aux_loss; }},
     {"step_time_s", [](const StepRecord& r) { return r.step_time_s; }},
     // Throughput (train/throughput.hpp): tokens processed, model FLOPs (no recomputation; MFU)
     // and hardware FLOPs (with recomputation; HFU, the SuperOffload examples' TFLOPS).
@@ -104,6 +108,7 @@ const MonitorSeries kMonitorSeries[] = {
     {"Train/Samples/train_loss", [](const StepRecord& r) { return r.loss; }},
     {"Train/Samples/lr", [](const StepRecord& r) { return r.lr; }},
     {"Train/Samples/grad_norm", [](const StepRecord& r) { return r.grad_norm; }},
+    {"Train/Samples/aux_loss", [](const StepRecord& r) { return r.aux_loss; }},  // NaN (not written) when off
     {"Train/Samples/elapsed_time_ms_step", [](const StepRecord& r) { return 1000 * r.step_time_s; }},
     {"Train/Samples/tokens_per_s", [](const StepRecord& r) { return r.throughput.tokens_per_s; }},
 };
@@ -176,6 +181,7 @@ void MetricsRecorder::record(const StepRecord& r) {
     const int64_t samples = r.step * config_.training.train_batch_size;  // DeepSpeed's monitors count samples
     const double wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (const auto& series : kMonitorSeries) {
+      if (std::isnan(series.value(r))) continue;  // a series this run has not (aux_loss of a dense model)
       if (tensorboard_) tensorboard_->scalar(series.tag, series.value(r), samples, wall_time);
       if (csv_) csv_->write(series.tag, series.value(r), samples);
     }

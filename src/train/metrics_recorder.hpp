@@ -30,6 +30,7 @@ namespace superoffload::train {
 struct StepRecord {
   int64_t step = 0;  // 1-based: the step just completed
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0;
+  double aux_loss = 0;  // MoE load balancing, HF's aux_loss mean over the global batch (NaN when off)
   Throughput throughput;
   bool skipped = false;
   optim::SpeculationCounts speculation;  // this rank's; /train holds the sums over ranks

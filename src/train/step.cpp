@@ -64,7 +64,7 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   engine.on_layer_done(nullptr);
   comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
   result.loss = sums[0] / std::max(1.0, result.tokens);
-  result.aux_loss = sums[1];
+  result.aux_loss = sums[1] / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));
 
   if (hooks.progress) hooks.progress("optimizer step (gradient-norm all-reduce)");
   const double optimizer_start = now_s();

@@ -39,7 +39,7 @@ struct StepHooks {
 
 struct StepResult {
   double loss = 0;      // mean loss per token over the global batch
-  double aux_loss = 0;  // MoE load-balancing losses, summed over micro-batches and ranks
+  double aux_loss = 0;  // MoE load-balancing aux_loss (HF's, unweighted), mean over the micro-batches of all ranks
   double tokens = 0;    // tokens that carry a loss in the global batch
   optim::StepOutcome outcome;
   double seconds = 0;      // this rank's wall time of the step (without making the batches)

@@ -33,6 +33,7 @@ std::string format_step_line(const StepLine& l) {
   std::ostringstream line;
   const auto& t = l.throughput;
   line << "Step " << l.step << "/" << l.total_steps << " | Loss " << format_significant(l.loss, 6);
+  if (!std::isnan(l.aux_loss)) line << " | Aux loss " << format_significant(l.aux_loss, 6);
   line.precision(3);
   line << std::scientific << " | LR " << l.lr << std::fixed << " | Grad norm " << l.grad_norm;
   line.precision(0);

@@ -2,6 +2,7 @@
 // [logging] log_every_steps, and the optional wall-clock breakdown.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -14,13 +15,14 @@ namespace superoffload::train {
 struct StepLine {
   int64_t step = 0, total_steps = 0;  // 1-based step just completed
   double loss = 0, lr = 0, grad_norm = 0;
+  double aux_loss = std::nan("");  // MoE load balancing (HF's aux_loss), shown when not NaN
   double step_s = 0;
   Throughput throughput;  // MFU and HFU are shown when known (non-zero)
   bool skipped = false;
   double eta_s = 0;
 };
 
-// "Step 12/100 | Loss 2.34561 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4520 (1130 per
+// "Step 12/100 | Loss 2.34561 | [Aux loss 2.01377 | ]LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4520 (1130 per
 // device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% | ETA 0:01:02". Loss with 6
 // significant digits, TFLOPS with 3 (from model FLOPs; HFU counts recomputation).
 std::string format_step_line(const StepLine& line);

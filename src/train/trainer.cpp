@@ -324,6 +324,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                                   /*defer=*/true,
                                   cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow
                                                                      : model::NonFiniteWeights::refuse);
+  if (rank == 0) {
+    for (const auto& [key, p] : loaded.config.dropouts()) {
+      SO_LOG(warning) << loaded.config.path() << ": " << key << " = " << p
+                      << ": training runs without dropout (superoffload does not implement it; HF applies it in "
+                         "train mode) — set it to 0.0 to silence this, or expect a run that regularises less than HF's";
+    }
+  }
   const auto shape = loaded.model->shape();
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
   zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device), loaded.materialize);
@@ -413,11 +420,14 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
       ++timed_steps;
     }
     const auto measured = measure_throughput(throughput, step_s, peak);
+    // Zero only when no layer computes it: with a router it is at least E·min(P) > 0.
+    const double aux_loss = result.aux_loss > 0 ? result.aux_loss : std::nan("");
     metrics.record({.step = step + 1,
                     .loss = result.loss,
                     .lr = lr,
                     .grad_norm = result.outcome.grad_norm,
                     .step_time_s = step_s,
+                    .aux_loss = aux_loss,
                     .throughput = measured,
                     .skipped = result.outcome.skipped,
                     .speculation = result.outcome.speculation,
@@ -433,6 +443,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .loss = result.loss,
            .lr = lr,
            .grad_norm = result.outcome.grad_norm,
+           .aux_loss = aux_loss,
            .step_s = step_s,
            .throughput = measured,
            .skipped = result.outcome.skipped,

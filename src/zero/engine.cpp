@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/timer.hpp"
+#include "model/load_balancing.hpp"
 
 namespace superoffload::zero {
 using base::now_s;
@@ -55,7 +56,8 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     for (const auto& [name, t] : layers[i]->hf_parameters()) numel += t.numel();
     const bool persistent = numel < options_.persistence_threshold || (tied && i == 0);
     if (materialize) materialize(i);
-    layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent);
+    layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent,
+                         [this](const std::string& name) { return model_->decays(name); });
   }
   account();
 }
@@ -98,11 +100,12 @@ void ZeroEngine::release(size_t i) {
   account();
 }
 
-model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const {
+model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens,
+                                            std::vector<model::RouterStatistics>* routers) const {
   model::BatchContext context;
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
-  context.aux_losses = aux;
+  context.router_statistics = routers;
   return context;
 }
 
@@ -122,12 +125,12 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   const size_t n = layers_.size();
   const size_t head = n - 1;
   MicroBatchResult result;
-  std::vector<at::Tensor> aux;
-  auto context = context_for(tokens, &aux);
+  auto context = context_for(tokens, nullptr);
 
   // ---- Forward: keep each layer's input (checkpointing) or its whole graph.
   std::vector<at::Tensor> inputs(n), outputs(n);
-  std::vector<std::vector<at::Tensor>> layer_aux(n);  // MoE losses per layer, with their graphs
+  // MoE routers' statistics per layer (with their graphs unless checkpointing recomputes them).
+  std::vector<std::vector<model::RouterStatistics>> routers(n);
   at::Tensor x = tokens;
   using P = ProfilePhase;
   auto profile = [this](size_t layer, ProfilePhase phase) { return ProfileScope(profiler_, layer, phase); };
@@ -143,7 +146,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     }
     prefetch(i + 1);
     inputs[i] = i == 0 ? x : x.detach();
-    context.aux_losses = &layer_aux[i];
+    context.router_statistics = &routers[i];
     ScopedTime timed(times_.forward_s);
     const auto profiled = profile(i, P::forward);
     if (options_.activation_checkpointing) {
@@ -158,9 +161,18 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     if (i > 0) memory_.activation_bytes += static_cast<int64_t>(inputs[i].numel() * inputs[i].element_size());
     if (layer_done_) layer_done_(i, /*backward=*/false);
   }
-  context.aux_losses = &aux;
+  context.router_statistics = nullptr;
+  // HF's load-balancing loss pools every MoE layer of the pass: its value and each layer's
+  // gradient are known only now, and backward hands each layer its share.
+  model::LoadBalancing balancing;
+  {
+    std::vector<model::RouterStatistics> all;
+    for (const auto& layer : routers) all.insert(all.end(), layer.begin(), layer.end());
+    balancing = model::load_balancing(all);
+    result.aux_loss = balancing.loss;
+  }
   if (options_.activation_checkpointing) {
-    for (auto& a : layer_aux) a.clear();  // computed without graph; recomputed in backward
+    for (auto& r : routers) r.clear();  // computed without graph; recomputed in backward
   }
 
   // ---- Head: loss and its backward, chunk by chunk.
@@ -200,19 +212,19 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     if (options_.activation_checkpointing) {
       const auto profiled = profile(i, P::recompute);
       if (i > 0) inputs[i] = inputs[i].detach().requires_grad_(true);
-      context.aux_losses = &layer_aux[i];
+      context.router_statistics = &routers[i];
       out = layers_[i].layer().forward(inputs[i], context);
-      context.aux_losses = &aux;
+      context.router_statistics = nullptr;
     } else {
       out = outputs[i];
     }
     std::vector<at::Tensor> roots{out}, grads{grad};
-    for (const auto& a : layer_aux[i]) {
-      result.aux_loss += a.item<double>();
-      roots.push_back(a);
-      grads.push_back(at::full({}, aux_scale, a.options()));
+    for (const auto& r : routers[i]) {
+      if (!r.probability.requires_grad()) continue;
+      roots.push_back(r.probability);
+      grads.push_back((balancing.gradient * aux_scale).to(r.probability.options()));
     }
-    layer_aux[i].clear();
+    routers[i].clear();
     {
       const auto profiled = profile(i, P::backward);
       torch::autograd::backward(roots, grads);
@@ -252,8 +264,7 @@ at::Tensor ZeroEngine::forward_blocks(const at::Tensor& tokens, const model::Bat
 
 at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens) {
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> aux;
-  const auto context = context_for(tokens, &aux);
+  const auto context = context_for(tokens, nullptr);
   const auto hidden = forward_blocks(tokens, context);
   const size_t head = layers_.size() - 1;
   auto logits = layers_[head].layer().forward(hidden, context).to(at::kFloat);
@@ -264,8 +275,8 @@ at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens) {
 MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
   torch::NoGradGuard no_grad;
   const size_t head = layers_.size() - 1;
-  std::vector<at::Tensor> aux;
-  const auto context = context_for(tokens, &aux);
+  std::vector<model::RouterStatistics> routers;
+  const auto context = context_for(tokens, &routers);
   const auto x = forward_blocks(tokens, context);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
   const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
@@ -273,7 +284,7 @@ MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Te
   MicroBatchResult result;
   result.loss_sum = loss.sum.item<double>();
   result.tokens = loss.tokens;
-  for (const auto& a : aux) result.aux_loss += a.item<double>();
+  result.aux_loss = model::load_balancing(routers).loss;
   return result;
 }
 

@@ -39,7 +39,7 @@ struct EngineOptions {
 struct MicroBatchResult {
   double loss_sum = 0;      // sum of token losses of this rank's micro-batch (fp32)
   int64_t tokens = 0;       // tokens counted in it
-  double aux_loss = 0;      // MoE load balancing, if any (already weighted)
+  double aux_loss = 0;      // HF's MoE load-balancing aux_loss of this forward (unweighted), 0 without
 };
 
 class ZeroEngine {
@@ -51,8 +51,8 @@ class ZeroEngine {
 
   // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
   // model::kIgnoreLabel where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens
-  // of the global batch); MoE load-balancing losses by `aux_scale` (1 / micro-batches of the
-  // global batch, so that each forward's loss counts once in their mean). Gradients accumulate
+  // of the global batch); the MoE load-balancing loss, times router_aux_loss_coef, by `aux_scale`
+  // (1 / micro-batches of the global batch, so that each forward's loss counts once in their mean). Gradients accumulate
   // in the fp32 shards until zero_grad(). `last_micro_batch`: gradient-ready callbacks fire as
   // each layer's shard completes.
   MicroBatchResult forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,
@@ -93,7 +93,7 @@ class ZeroEngine {
   void account();
   // Hands the layers whose reduced gradients are complete to the optimizer (last micro-batch).
   void deliver(const std::vector<size_t>& complete, bool last_micro_batch);
-  model::BatchContext context_for(const at::Tensor& tokens, std::vector<at::Tensor>* aux) const;
+  model::BatchContext context_for(const at::Tensor& tokens, std::vector<model::RouterStatistics>* routers) const;
   // Without gradients: the blocks' output (the head's input), the head left gathered.
   at::Tensor forward_blocks(const at::Tensor& tokens, const model::BatchContext& context);
 

@@ -15,7 +15,7 @@ struct ParameterSlot {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   int64_t offset = 0;          // in the flat buffer
-  bool weight_decay = true;    // false for norms and biases
+  bool weight_decay = true;    // false for norms and biases (model::CausalLM::decays)
 };
 
 // A piece of one parameter inside one rank's shard.

@@ -19,13 +19,12 @@ comm::DataType comm_type(at::ScalarType type) {
 
 PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm,
                                    BufferCache& buffers, at::ScalarType compute_dtype, at::Device device,
-                                   bool persistent)
+                                   bool persistent, const std::function<bool(const std::string&)>& decays)
     : layer_(std::move(layer)), comm_(comm), buffers_(&buffers), persistent_(persistent),
       options_(at::TensorOptions().dtype(compute_dtype).device(device)) {
   std::vector<ParameterSlot> slots;
   for (auto& [name, tensor] : layer_->hf_parameters()) {
-    // Norm scales and biases (1-D) take no weight decay.
-    slots.push_back({name, tensor.sizes().vec(), tensor.numel(), 0, tensor.dim() >= 2});
+    slots.push_back({name, tensor.sizes().vec(), tensor.numel(), 0, decays(name)});
     parameters_.push_back(tensor);
   }
   layout_ = FlatLayout(std::move(slots), comm_.size());

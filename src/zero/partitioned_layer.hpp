@@ -10,7 +10,9 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -24,10 +26,12 @@ class PartitionedLayer {
  public:
   // Takes the layer's current (full) parameter values, keeps this rank's shard in
   // `compute_dtype` on `device`, and unbinds the parameters (the full copy is freed).
-  // `persistent` layers stay gathered for the whole run.
+  // `persistent` layers stay gathered for the whole run. `decays` says by HF name which
+  // parameters take weight decay (CausalLM::decays).
   // Gathered and gradient buffers come from (and go back to) `buffers`, which must outlive it.
   PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, BufferCache& buffers,
-                   at::ScalarType compute_dtype, at::Device device, bool persistent);
+                   at::ScalarType compute_dtype, at::Device device, bool persistent,
+                   const std::function<bool(const std::string&)>& decays);
 
   model::Layer& layer() { return *layer_; }
   const FlatLayout& layout() const { return layout_; }

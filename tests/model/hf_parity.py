@@ -41,10 +41,18 @@ ARCHITECTURES = {
     "qwen3_moe_unnormalised": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
                                dict(num_experts=4, num_experts_per_tok=3, moe_intermediate_size=32,
                                     norm_topk_prob=False, tie_word_embeddings=True)),
-    # One MoE layer: the per-layer load-balancing loss equals HF's (which pools all layers).
+    # HF's load-balancing loss pools the routers of all MoE layers (here 3, one of them dense).
     "qwen3_moe_aux": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
-                      dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=1,
-                           output_router_logits=True, router_aux_loss_coef=0.02)),
+                      dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=4,
+                           mlp_only_layers=[2], output_router_logits=True, router_aux_loss_coef=0.02)),
+    "mixtral_aux": ("MixtralConfig", "MixtralForCausalLM",
+                    dict(num_local_experts=5, num_experts_per_tok=2, output_router_logits=True,
+                         router_aux_loss_coef=0.02)),
+    # GPT-OSS's statistics come from the router logits with the router's bias.
+    "gpt_oss_aux": ("GptOssConfig", "GptOssForCausalLM",
+                    dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16, intermediate_size=48,
+                         layer_types=["sliding_attention", "full_attention"], sliding_window=6,
+                         output_router_logits=True, router_aux_loss_coef=0.05)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM",
                 dict(num_local_experts=5, num_experts_per_tok=2, sliding_window=8)),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
@@ -171,7 +179,7 @@ def main():
             sys.exit(f"{args.arch}: superoffload eval differs from HF transformers")
         if getattr(config, "output_router_logits", False):
             aux = float(next(l.split()[2] for l in result.stdout.splitlines() if l.startswith("aux loss")))
-            reference_aux = config.router_aux_loss_coef * out.aux_loss.item()
+            reference_aux = out.aux_loss.item()  # unweighted, as superoffload prints it
             print(f"{args.arch}: aux loss {aux:.8f} vs HF {reference_aux:.8f}")
             if abs(aux - reference_aux) > 1e-6:
                 sys.exit(f"{args.arch}: load-balancing loss differs from HF transformers")

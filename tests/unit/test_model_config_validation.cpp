@@ -180,3 +180,42 @@ TEST_F(ModelConfigValidation, LayerTypesHaveOneValidEntryPerLayer) {
 }
 
 }  // namespace
+
+namespace {
+
+// pad_token_id is the embedding row HF freezes: a row of the table, negatives counting from the
+// end as nn.Embedding's padding_idx does; null means none.
+TEST_F(ModelConfigValidation, PadTokenIdMustBeARowOfTheEmbedding) {
+  EXPECT_EQ(load(kLlama, {{"pad_token_id", 0}}), "");
+  EXPECT_EQ(load(kLlama, {{"pad_token_id", -1}}), "");
+  EXPECT_EQ(load(kLlama, {{"pad_token_id", nullptr}}), "");
+  EXPECT_EQ(load(kMixtral, {{"pad_token_id", 52}}), "");
+  expect_refused(kLlama, {{"pad_token_id", 53}}, "pad_token_id", "= 53 is not a row of the embedding (vocab_size 53)");
+  expect_refused(kMixtral, {{"pad_token_id", -54}}, "pad_token_id", "= -54 is not a row");
+  expect_refused(kLlama, {{"pad_token_id", "<pad>"}}, "pad_token_id", "");
+  auto with = [](json base, const json& changes) {
+    base.merge_patch(changes);
+    return so::model::HfConfig::parse(base.dump(), "config.json");
+  };
+  EXPECT_EQ(with(kLlama, {{"pad_token_id", -1}}).padding_idx(53), 52);
+  EXPECT_EQ(with(kLlama, json::object()).padding_idx(53), -1);
+}
+
+// Dropout is not implemented: the keys that set one above 0 are found for the warning, the
+// heads a causal LM has not are left out.
+TEST_F(ModelConfigValidation, DropoutsAboveZeroAreFound) {
+  auto dropouts = [](json base, const json& changes) {
+    base.merge_patch(changes);
+    return so::model::HfConfig::parse(base.dump(), "config.json").dropouts();
+  };
+  EXPECT_TRUE(dropouts(kLlama, {{"attention_dropout", 0.0}}).empty());
+  const auto seed_oss = dropouts(kLlama, {{"attention_dropout", 0.1}, {"residual_dropout", 0.05}});
+  ASSERT_EQ(seed_oss.size(), 2u);
+  EXPECT_EQ(seed_oss[0].first, "attention_dropout");
+  EXPECT_EQ(seed_oss[1].second, 0.05);
+  const auto gpt2 = dropouts(kGpt2, {{"resid_pdrop", 0.1}, {"embd_pdrop", 0.1}, {"attn_pdrop", 0.1},
+                                     {"summary_first_dropout", 0.1}, {"classifier_dropout", 0.2}});
+  EXPECT_EQ(gpt2.size(), 3u);
+}
+
+}  // namespace

@@ -4,11 +4,14 @@
 // chunked loss whose backward equals plain autograd over the whole sequence.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
 #include <fstream>
 
 #include "base/logging.hpp"
+#include "model/blocks/decoder_layers.hpp"
+#include "model/load_balancing.hpp"
 #include "model_io/load_model.hpp"
 
 namespace m = superoffload::model;
@@ -116,6 +119,90 @@ TEST_F(ModelContract, ChunkedLossAndBackwardEqualPlainAutograd) {
   EXPECT_TRUE(head->hf_parameters().back().second.grad().allclose(reference_weight_grad, 1e-6, 1e-7));
   const auto no_grad_sum = head->loss(hidden, labels, 3, context);
   EXPECT_NEAR(no_grad_sum.sum.item<double>(), sum.sum.item<double>(), 1e-5);
+}
+
+// HF Trainer's decay rule, by name (Trainer.get_decay_parameter_names): biases whatever
+// their shape, norm weights of every family; everything else is decayed.
+TEST(ParameterRole, ByNameAsHfTrainerDecides) {
+  using R = m::ParameterRole;
+  for (const char* name : {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.mlp.experts.gate_up_proj_bias",
+                           "model.layers.0.mlp.experts.down_proj_bias", "model.layers.0.mlp.router.bias",
+                           "transformer.h.0.attn.c_attn.bias", "transformer.ln_f.bias"}) {
+    EXPECT_EQ(m::parameter_role_by_name(name), R::bias) << name;
+  }
+  for (const char* name : {"model.norm.weight", "model.layers.3.input_layernorm.weight",
+                           "model.layers.3.post_attention_layernorm.weight", "model.layers.0.self_attn.q_norm.weight",
+                           "model.layers.0.self_attn.k_norm.weight", "norm.weight", "model.layers.0.pre_RMSNorm.weight"}) {
+    EXPECT_EQ(m::parameter_role_by_name(name), R::norm) << name;
+  }
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.self_attn.sinks",
+                           "model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.gate.weight",
+                           "model.layers.0.normal_proj.weight", "model.layers.0.self_attn.o_proj.weight"}) {
+    EXPECT_EQ(m::parameter_role_by_name(name), R::weight) << name;
+  }
+}
+
+// HF's load-balancing loss pools the layers before the product: with two layers it is not the
+// mean of the per-layer losses, and the gradient each layer gets equals autograd's of the pooled
+// formula written out.
+TEST(LoadBalancing, PoolsTheLayersAsHfDoes) {
+  const int64_t experts = 4, top_k = 2;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  std::vector<at::Tensor> logits;
+  std::vector<m::RouterStatistics> stats;
+  for (int layer = 0; layer < 2; ++layer) {
+    logits.push_back((at::randn({10, experts}, generator) * (layer + 1)).requires_grad_(true));
+    stats.push_back(m::router_statistics(logits.back(), top_k, 0.02));
+  }
+  const auto pooled = m::load_balancing(stats);
+
+  // HF's load_balancing_loss_func, written out on copies: concatenate, softmax, count top-k, means.
+  std::vector<at::Tensor> copies;
+  for (const auto& l : logits) copies.push_back(l.detach().clone().requires_grad_(true));
+  const auto all = at::cat(copies, 0);
+  const auto probs = at::softmax(all, -1);
+  const auto chosen = std::get<1>(probs.topk(top_k, -1));
+  const auto tokens_per_expert = at::one_hot(chosen, experts).to(at::kFloat).sum({0, 1}) / all.size(0);
+  const auto reference = (tokens_per_expert * probs.mean(0)).sum() * static_cast<double>(experts);
+  EXPECT_NEAR(pooled.loss, reference.item<double>(), 1e-6);
+  EXPECT_EQ(pooled.coefficient, 0.02);
+  double per_layer_mean = 0;
+  for (const auto& s : stats) per_layer_mean += m::load_balancing({s}).loss / 2;
+  EXPECT_GT(std::abs(per_layer_mean - pooled.loss), 1e-3) << "the test needs layers whose pooled and mean differ";
+
+  // The engine's way: each layer's probability gets the same gradient vector.
+  (reference * 0.02).backward();
+  for (const auto& s : stats) s.probability.backward(pooled.gradient);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    EXPECT_TRUE(logits[layer].grad().allclose(copies[layer].grad(), 1e-5, 1e-9)) << "layer " << layer;
+    EXPECT_GT(logits[layer].grad().abs().max().item<float>(), 1e-4);
+  }
+}
+
+// HF's nn.Embedding(padding_idx): the pad row starts at zero and the lookup gives it no gradient.
+TEST(TokenEmbedding, PadRowIsZeroAndGetsNoGradient) {
+  m::TokenEmbeddingLayer embedding(11, 4, /*padding_idx=*/3);
+  {
+    torch::NoGradGuard no_grad;
+    embedding.embed_tokens->weight.normal_();
+  }
+  const auto ids = at::tensor({1, 3, 3, 7}, at::kLong).unsqueeze(0);
+  embedding.forward(ids, {}).sum().backward();
+  const auto grad = embedding.embed_tokens->weight.grad();
+  EXPECT_EQ(grad[3].abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(grad[1].sum().item<float>(), 4.0f);
+}
+
+TEST_F(ModelContract, RandomInitialisationZeroesThePadRow) {
+  std::ofstream(dir_ / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 53,
+      "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+      "pad_token_id": 7})";
+  const auto model = build(3);
+  const auto& table = model->layers().front()->hf_parameters().front().second;
+  EXPECT_EQ(table[7].abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(table[6].abs().sum().item<float>(), 0.0f);
+  EXPECT_FALSE(model->decays("model.layers.0.input_layernorm.weight"));
+  EXPECT_TRUE(model->decays("model.embed_tokens.weight"));
 }
 
 }  // namespace

@@ -170,6 +170,10 @@ TEST(StepLine, ComparableDigitsAndLabelledUnits) {
   EXPECT_EQ(t::format_step_line(line),
             "Step 12/100 | Loss 10.8265 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4519 (1130 per device) "
             "| TFLOPS 0.0694 per device, 0.277 job | ETA 0:01:02");
+  line.aux_loss = 2.01376543;  // a MoE run with output_router_logits
+  EXPECT_EQ(t::format_step_line(line),
+            "Step 12/100 | Loss 10.8265 | Aux loss 2.01377 | LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4519 "
+            "(1130 per device) | TFLOPS 0.0694 per device, 0.277 job | ETA 0:01:02");
   EXPECT_EQ(t::format_significant(123456.7, 3), "123457");
   EXPECT_EQ(t::format_significant(0.023449, 3), "0.0234");
 }

@@ -17,12 +17,31 @@
 
 namespace superoffload::model {
 
+// What one mixture-of-experts layer's router did with one micro-batch: the inputs of HF's
+// load-balancing loss, which pools every MoE layer of a forward pass (load_balancing.hpp).
+struct RouterStatistics {
+  at::Tensor routed;       // [E] fp32, no graph: Σ over the top-k slots of the share of tokens sent to each expert
+  at::Tensor probability;  // [E] fp32, with its graph: the router's mean probability of each expert
+  double coefficient = 0;  // router_aux_loss_coef
+};
+
 // What a layer may need besides its input, per micro-batch.
 struct BatchContext {
   at::Tensor position_ids;  // [batch, seq] int64
-  // Mixture-of-experts layers append their weighted load-balancing loss here (may be null).
-  std::vector<at::Tensor>* aux_losses = nullptr;
+  // Mixture-of-experts layers whose config asks for the load-balancing loss append their
+  // router's statistics here (may be null: then nothing is recorded).
+  std::vector<RouterStatistics>* router_statistics = nullptr;
 };
+
+// What a parameter is to training, as HF Trainer sees it: biases and norm weights take no
+// weight decay (and start at 0 and 1); every other tensor is a weight and is decayed.
+enum class ParameterRole { weight, bias, norm };
+
+// HF Trainer's rule by name (get_decay_parameter_names, case-insensitive): a name containing
+// "bias" is a bias, whatever its shape (GPT-OSS's 2-D expert biases); one containing
+// "layernorm" or "rmsnorm", or with a part "norm" or "*_norm" (model.norm, q_norm), is a norm
+// weight; all else is a weight (embeddings, GPT-OSS attention sinks and experts included).
+ParameterRole parameter_role_by_name(const std::string& hf_name);
 
 class Layer : public torch::nn::Module {
  public:
@@ -90,13 +109,18 @@ class CausalLM {
   virtual std::vector<std::pair<std::string, std::string>> tied_parameters() const { return {}; }
   // HF `initializer_range`: std of the normal initialisation.
   virtual double initializer_range() const = 0;
+  // The role of a parameter (weight decay, initialisation): parameter_role_by_name unless a
+  // plugin knows better (GPT-2's LayerNorms are ln_1, ln_2, ln_f, which HF finds by type).
+  virtual ParameterRole parameter_role(const std::string& hf_name) const { return parameter_role_by_name(hf_name); }
+  bool decays(const std::string& hf_name) const { return parameter_role(hf_name) == ParameterRole::weight; }
   // HF's base_model_prefix ("transformer." for GPT-2): checkpoints saved from the bare base
   // model omit it, and loading accepts either form.
   virtual std::string checkpoint_prefix() const { return "model."; }
   // Checkpoint tensors that are buffers, not parameters, here (e.g. stored causal masks).
   virtual bool ignorable_checkpoint_tensor(const std::string& name) const { return false; }
 
-  // Random initialisation without weights: norms 1, biases 0, the rest N(0, initializer_range).
+  // Random initialisation without weights: norms 1, biases 0, the rest N(0, initializer_range)
+  // (by parameter_role), and an embedding's padding row 0 as HF's nn.Embedding(padding_idx).
   // Each tensor's generator is seeded from `seed` and its HF name, so the values do not
   // depend on layer order, partitioning or world size.
   void init_parameters(uint64_t seed);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace superoffload::model {
@@ -55,6 +56,14 @@ class HfConfig {
   // A nested object (e.g. "rope_parameters"); null json when absent.
   const nlohmann::json& object(const std::string& key) const;
 
+  // The embedding row HF's nn.Embedding freezes: pad_token_id when set (a negative id counts
+  // from the end, as in PyTorch), else -1. An id outside [-vocab, vocab) is an error, as
+  // it is for HF.
+  int64_t padding_idx(int64_t vocab) const;
+  // The dropout probabilities above 0 that config.json sets (keys naming a dropout or a
+  // "pdrop": attention_dropout, residual_dropout, resid_pdrop, embd_pdrop, …), in key order;
+  // the dropouts of heads a causal LM has not (classifier, sequence summary) are left out.
+  std::vector<std::pair<std::string, double>> dropouts() const;
   // "architectures"[0], or "" when absent.
   std::string architecture() const;
 

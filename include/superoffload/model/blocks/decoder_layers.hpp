@@ -16,15 +16,23 @@ class WeightTable : public torch::nn::Module {
   at::Tensor weight;
 };
 
+// With a `padding_idx` (>= 0, HfConfig::padding_idx), that row gets no gradient from the
+// lookup, as in HF's nn.Embedding(vocab, hidden, padding_idx): Adam never moves it (decay
+// aside), though a tied LM head's gradient still reaches it, as in HF.
 class TokenEmbeddingLayer : public Layer {
  public:
-  TokenEmbeddingLayer(int64_t vocab, int64_t hidden) : Layer("model.") {
+  TokenEmbeddingLayer(int64_t vocab, int64_t hidden, int64_t padding_idx = -1)
+      : Layer("model."), padding_idx_(padding_idx) {
     embed_tokens = register_module("embed_tokens", std::make_shared<WeightTable>(vocab, hidden));
   }
   at::Tensor forward(const at::Tensor& ids, const BatchContext&) override {
-    return at::embedding(embed_tokens->weight, ids);
+    return at::embedding(embed_tokens->weight, ids, padding_idx_);
   }
+  int64_t padding_idx() const { return padding_idx_; }  // -1: none
   std::shared_ptr<WeightTable> embed_tokens;
+
+ private:
+  int64_t padding_idx_;
 };
 
 class NormHeadLayer : public HeadLayer {
