@@ -97,7 +97,7 @@ class PlainLoop {
     torch::NoGradGuard no_grad;
     for (const auto& layer : model_->layers()) {
       for (auto& [name, p] : layer->hf_parameters()) {
-        auto& group = p.dim() >= 2 ? decayed_ : plain_;
+        auto& group = model_->decays(name) ? decayed_ : plain_;
         group.master.push_back(p.detach().to(at::kFloat).clone());
         group.exp_avg.push_back(at::zeros_like(group.master.back()));
         group.exp_avg_sq.push_back(at::zeros_like(group.master.back()));
@@ -120,8 +120,8 @@ class PlainLoop {
     so::model::BatchContext context;
     const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
     context.position_ids = at::arange(s, at::kLong).unsqueeze(0).expand({b, s});
-    std::vector<at::Tensor> aux;
-    context.aux_losses = &aux;
+    std::vector<so::model::RouterStatistics> routers;  // a dense model records none
+    context.router_statistics = &routers;
     const double tokens = static_cast<double>(batch.labels.ne(so::model::kIgnoreLabel).sum().item<int64_t>());
     at::Tensor x = batch.tokens;
     for (const auto& layer : layers) x = layer->forward(x, context);

@@ -223,6 +223,15 @@ def config_json_cases(rng, base):
                         ("a number", [1] * layers), ("not a list", "full_attention")):
         out.append(case(f"layer_types with {name}", INVALID, setting("layer_types", value)))
     out.append(case("layer_types, one per layer (valid)", ANY, setting("layer_types", ["full_attention"] * layers)))
+    # pad_token_id: the embedding row HF freezes must be a row; dropout is warned about, not refused.
+    vocab = config["vocab_size"]
+    for value in (vocab, -vocab - 1, 10**12, 1.5, "<pad>", [0]):
+        out.append(case(f"pad_token_id = {value!r}", INVALID, setting("pad_token_id", value)))
+    for value in (0, -1, None):
+        out.append(case(f"pad_token_id = {value!r} (valid)", ANY, setting("pad_token_id", value)))
+    for key in ("attention_dropout", "resid_pdrop", "hidden_dropout"):
+        out.append(case(f"{key} = 0.1 (trained without, warned)", ANY, setting(key, 0.1)))
+    out.append(case("attention_dropout = \"high\" (ignored, not a number)", ANY, setting("attention_dropout", "high")))
     out.append(case("not an object", INVALID, raw=b"[1, 2, 3]"))
     out.append(case("empty file", INVALID, raw=b""))
     out += damaged_copies(rng, case, base["model/config.json"], 4, 8)

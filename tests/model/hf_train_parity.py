@@ -22,9 +22,15 @@ fp32 run lies from its fp64 run says what round-off alone does to each quantity;
 must lie within 8x that distance of the fp64 run, or within a floor where HF's fp32 run
 happens to be closer than round-off can promise (loss 2e-6 and grad norm 2e-5 relative, weights
 2e-6 absolute: about 8 ulp of the loss, a few ulp of a sum over every gradient, 1/500 of one
-step's update at lr 1e-3). A difference in what training means (a decayed bias, a pad row that
-moves, a per-layer instead of pooled aux loss) moves weights by 1e-5 or more in 4 steps and
-the aux loss by percents, far beyond these bounds. The figures are printed every run.
+step's update at lr 1e-3). Weights have one more floor: twice the largest distance of any
+tensor in HF's own fp32 run. Adam divides each gradient by its own magnitude, so an element
+whose gradient is near zero amplifies round-off up to a whole update (lr); which tensor holds
+such an element is chance, and HF's fp32 run samples it once (on an AMD EPYC with AVX2,
+Llama's up_proj lay 2.0e-6 from fp64 here against 2.3e-7 in HF's run, while HF's worst tensor
+lay 2.8e-6 away). A difference in what training means (a decayed bias, a pad row that moves, a
+per-layer instead of pooled aux loss) moves weights by 2e-5 or more in 4 steps (a 0.1 bias
+decayed: 4e-5) and the aux loss by percents, far beyond these bounds. The figures are printed
+every run.
 """
 import argparse
 import json
@@ -58,10 +64,14 @@ CASES = {
     "qwen3_moe": ("qwen3_moe", {}),
     "qwen3_moe_aux": ("qwen3_moe_aux", {}),
     "mixtral": ("mixtral", {}),
-    "mixtral_aux": ("mixtral_aux", {}),
+    "mixtral_aux": ("mixtral_aux", {}),  # trained without activation checkpointing (below)
     "gpt_oss": ("gpt_oss", {}),
     "gpt_oss_aux": ("gpt_oss_aux", {}),
 }
+
+# The engine's other path: every layer's graph kept from forward to backward (the router
+# statistics too), instead of recomputed in backward.
+NO_CHECKPOINTING = {"mixtral_aux", "llama3"}
 
 
 def build_model(case, directory):
@@ -150,7 +160,7 @@ train_micro_batch_size_per_gpu = {MICRO}
 gradient_accumulation_steps = {ACCUMULATION}
 gradient_clipping = {CLIP}
 max_steps = {STEPS}
-activation_checkpointing = true
+activation_checkpointing = {"false" if args.case in NO_CHECKPOINTING else "true"}
 [optimizer]
 lr = {LR}
 weight_decay = {WEIGHT_DECAY}
@@ -161,6 +171,9 @@ warmup_num_steps = 0
 every_steps = {STEPS}
 [precision]
 bf16 = false
+[metrics]
+tensorboard = true
+csv = true
 [runtime]
 device = "cpu"
 """)
@@ -177,6 +190,15 @@ device = "cpu"
         sys.exit(f"superoffload export failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     with h5py.File(os.path.join(tmp, "run", "metrics.h5"), "r") as f:
         history = {name: list(f["train"][name][...]) for name in ("loss", "grad_norm", "aux_loss")}
+    # DeepSpeed's CSV monitor (TensorBoard writes the same series): the aux loss only where it exists.
+    monitor = os.path.join(tmp, "run", "superoffload", "Train_Samples_aux_loss.csv")
+    if np.isnan(history["aux_loss"]).all():
+        assert not os.path.exists(monitor), "a run without the aux loss wrote its monitor series"
+    else:
+        with open(monitor) as f:
+            rows = [line.strip().split(",") for line in f]
+        assert rows[0] == ["step", "aux_loss"], rows[0]
+        assert [float(r[1]) for r in rows[1:]] == history["aux_loss"], (rows, history["aux_loss"])
     return history, saved_weights(exported), [l for l in log if "Step " in l and " | Loss " in l]
 
 
@@ -254,10 +276,11 @@ def main():
         # Weights tensor by tensor: a norm or a bias (few elements, little round-off) is held to
         # its own distance, so that a decay or pad-row rule applied wrongly to it shows.
         ratios = {}
+        hf_worst = weight_distance(fp32_weights, fp64_weights, names)
         for n in names:
             gap = float((our_weights[n] - fp64_weights[n]).abs().max())
             hf_gap = float((fp32_weights[n] - fp64_weights[n]).abs().max())
-            ratios[n] = (gap / max(8 * hf_gap, 2e-6), gap, hf_gap)
+            ratios[n] = (gap / max(8 * hf_gap, 2 * hf_worst, 2e-6), gap, hf_gap)
         worst = max(ratios, key=lambda n: ratios[n][0])
         print(f"{args.case}: weights: worst tensor {worst}: superoffload vs HF fp64 {ratios[worst][1]:.2e}, "
               f"HF fp32 vs fp64 {ratios[worst][2]:.2e} ({ratios[worst][0]:.2f} of its bound); largest difference "

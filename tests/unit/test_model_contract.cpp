@@ -162,7 +162,7 @@ TEST(LoadBalancing, PoolsTheLayersAsHfDoes) {
   const auto all = at::cat(copies, 0);
   const auto probs = at::softmax(all, -1);
   const auto chosen = std::get<1>(probs.topk(top_k, -1));
-  const auto tokens_per_expert = at::one_hot(chosen, experts).to(at::kFloat).sum({0, 1}) / all.size(0);
+  const auto tokens_per_expert = at::one_hot(chosen, experts).to(at::kFloat).sum(at::IntArrayRef{0, 1}) / all.size(0);
   const auto reference = (tokens_per_expert * probs.mean(0)).sum() * static_cast<double>(experts);
   EXPECT_NEAR(pooled.loss, reference.item<double>(), 1e-6);
   EXPECT_EQ(pooled.coefficient, 0.02);
