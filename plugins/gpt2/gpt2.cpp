@@ -76,11 +76,11 @@ class Attention : public torch::nn::Module {
     c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.hidden, 3 * s.hidden));
     c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.hidden, s.hidden));
   }
-  at::Tensor forward(const at::Tensor& x) {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& document_ids) {
     const int64_t b = x.size(0), t = x.size(1), h = x.size(2), d = h / heads_;
     const auto qkv = (*c_attn)(x).split(h, -1);
     auto shape = [&](const at::Tensor& y) { return y.view({b, t, heads_, d}).transpose(1, 2); };
-    return (*c_proj)(model::causal_attention(shape(qkv[0]), shape(qkv[1]), shape(qkv[2]), 0));
+    return (*c_proj)(model::causal_attention(shape(qkv[0]), shape(qkv[1]), shape(qkv[2]), 0, document_ids));
   }
   std::shared_ptr<Conv1D> c_attn, c_proj;
 
@@ -118,8 +118,8 @@ class Block : public model::Layer {
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(s.hidden, s.eps));
     mlp = register_module("mlp", std::make_shared<Mlp>(s));
   }
-  at::Tensor forward(const at::Tensor& x, const BatchContext&) override {
-    const auto h = x + attn->forward((*ln_1)(x));
+  at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
+    const auto h = x + attn->forward((*ln_1)(x), context.document_ids);
     return h + mlp->forward((*ln_2)(h));
   }
   std::shared_ptr<LayerNorm> ln_1, ln_2;

@@ -131,7 +131,7 @@ class DecoderBlock : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
-    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_);
+    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
     return h + mlp->forward((*post_attention_layernorm)(h));
   }
   std::shared_ptr<model::SelfAttention> self_attn;

@@ -267,7 +267,7 @@ class DecoderBlock : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
-    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_);
+    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
     const auto normed = (*post_attention_layernorm)(h);
     return h + (moe ? moe->forward(normed, context) : dense->forward(normed));
   }

@@ -32,7 +32,8 @@ void add_eval_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& run)
   auto options = std::make_shared<train::EvalRequest>();
   auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a HuggingFace model on token sequences");
   eval->add_option("--model", options->model, "HuggingFace model directory")->required()->check(CLI::ExistingDirectory);
-  eval->add_option("--tokens", options->tokens, "HDF5 file with an int64 [batch, seq] dataset `tokens`")
+  eval->add_option("--tokens", options->tokens, "HDF5 file with an int64 [batch, seq] dataset `tokens` (and, for packed samples, "
+                 "`position_ids` restarting at 0 at each)")
       ->required()
       ->check(CLI::ExistingFile);
   eval->add_option("--dump-logits", options->dump_logits,

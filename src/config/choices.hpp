@@ -10,6 +10,7 @@ namespace superoffload::config {
 
 enum class InitMode { automatic, pretrained, random };
 enum class DataFormat { automatic, hdf5, jsonl, alpaca };
+enum class AttentionScope { automatic, document, causal };
 enum class OptimizerType { adamw, adam };
 enum class LrScheduleType { constant, cosine, linear, lr_range_test };
 enum class WarmupType { linear, log };
@@ -43,6 +44,8 @@ SUPEROFFLOAD_CHOICES(InitMode, {InitMode::automatic, "auto"}, {InitMode::pretrai
                      {InitMode::random, "random"})
 SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::hdf5, "hdf5"},
                      {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"})
+SUPEROFFLOAD_CHOICES(AttentionScope, {AttentionScope::automatic, "auto"}, {AttentionScope::document, "document"},
+                     {AttentionScope::causal, "causal"})
 SUPEROFFLOAD_CHOICES(OptimizerType, {OptimizerType::adamw, "adamw"}, {OptimizerType::adam, "adam"})
 SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {LrScheduleType::cosine, "cosine"},
                      {LrScheduleType::linear, "linear"}, {LrScheduleType::lr_range_test, "lr_range_test"})

@@ -32,6 +32,7 @@ struct DataConfig {
       "Below is an instruction that describes a task. Write a response that appropriately completes the "
       "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n";
   bool packing = false;
+  AttentionScope attention = AttentionScope::automatic;  // auto: document for instruction rows, causal for a stream
   bool shuffle = true;
 };
 

@@ -92,6 +92,10 @@ std::vector<Section> build_schema() {
           "Prompt for instruction records without an input.");
     b.add("packing", &DataConfig::packing,
           "Pack several instruction samples into one sequence instead of padding each.");
+    b.add("attention", &DataConfig::attention,
+          "What a token attends to: \"document\" (only its own sample or document, positions restarting at "
+          "each, as HF's padding-free packing), \"causal\" (everything before it in the sequence) or \"auto\" "
+          "(document for instruction samples, causal for a plain-text stream).");
     b.add("shuffle", &DataConfig::shuffle, "Shuffle samples each epoch (deterministic from training.seed).");
   }
   {
@@ -231,7 +235,7 @@ std::vector<Section> build_schema() {
           "Periodic saves copy the optimizer state in host memory (training pauses only for the copy) and write "
           "it in the background; needs host memory for one more copy of the state.");
     b.add("accept_changed_settings", &CheckpointConfig::accept_changed_settings,
-          "Resume from a checkpoint although [data] path (or the file's size), seq_len, shuffle, packing, "
+          "Resume from a checkpoint although [data] path (or the file's size), seq_len, shuffle, packing, attention, "
           "[training] seed or [precision] bf16 changed since it was written, with a warning per change. By default "
           "such a resume is refused: it would continue another run under this one's name.");
     b.add("verify_from_disk", &CheckpointConfig::verify_from_disk,

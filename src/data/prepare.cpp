@@ -71,6 +71,7 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
       continue;
     }
     if (used > 0 && (!packing || used + length > row_length)) finish_row();
+    arrays.doc_offsets.push_back(static_cast<int64_t>(arrays.tokens.size()));  // where the sample starts
     arrays.tokens.insert(arrays.tokens.end(), records.tokens.begin() + static_cast<std::ptrdiff_t>(first),
                          records.tokens.begin() + static_cast<std::ptrdiff_t>(first) + length);
     arrays.loss_mask.insert(arrays.loss_mask.end(), records.loss_mask.begin() + static_cast<std::ptrdiff_t>(first),

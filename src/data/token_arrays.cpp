@@ -51,16 +51,16 @@ TokenArrays read_token_file(const std::string& path) {
     }
   } else {
     SO_CHECK(tokens.shape.size() == 1, path << ": \"tokens\" must be 1-D (a stream) or 2-D (samples)");
-    if (file.has("doc_offsets")) {
-      SO_CHECK(file.stored_type("doc_offsets").integer, path << ": dataset \"doc_offsets\" must hold integers");
-      arrays.doc_offsets = file.read_int64("doc_offsets").values;
-      const auto n = static_cast<int64_t>(arrays.tokens.size());
-      for (size_t i = 0; i < arrays.doc_offsets.size(); ++i) {
-        const int64_t offset = arrays.doc_offsets[i], previous = i > 0 ? arrays.doc_offsets[i - 1] : 0;
-        SO_CHECK(offset >= previous && offset <= n,
-                 path << ": dataset \"doc_offsets\" element " << i << " is " << offset << "; offsets rise from 0 to "
-                      << "the " << n << " tokens" << hint("the file is corrupt; write it again with superoffload prepare"));
-      }
+  }
+  if (file.has("doc_offsets")) {
+    SO_CHECK(file.stored_type("doc_offsets").integer, path << ": dataset \"doc_offsets\" must hold integers");
+    arrays.doc_offsets = file.read_int64("doc_offsets").values;
+    const auto n = static_cast<int64_t>(arrays.tokens.size());
+    for (size_t i = 0; i < arrays.doc_offsets.size(); ++i) {
+      const int64_t offset = arrays.doc_offsets[i], previous = i > 0 ? arrays.doc_offsets[i - 1] : 0;
+      SO_CHECK(offset >= previous && offset <= n,
+               path << ": dataset \"doc_offsets\" element " << i << " is " << offset << "; offsets rise from 0 to "
+                    << "the " << n << " tokens" << hint("the file is corrupt; write it again with superoffload prepare"));
     }
   }
   return arrays;
@@ -80,8 +80,8 @@ void write_token_file(const std::string& path, const TokenArrays& arrays,
       if (!arrays.loss_mask.empty()) file.write_uint8("loss_mask", shape, arrays.loss_mask.data());
     } else {
       file.write_uint32("tokens", {arrays.tokens.size()}, arrays.tokens.data());
-      if (!arrays.doc_offsets.empty()) file.write_int64("doc_offsets", {arrays.doc_offsets.size()}, arrays.doc_offsets.data());
     }
+    if (!arrays.doc_offsets.empty()) file.write_int64("doc_offsets", {arrays.doc_offsets.size()}, arrays.doc_offsets.data());
     for (const auto& [name, value] : attributes) file.set_attribute(name, value);
   }
   std::filesystem::rename(partial, path);

@@ -314,6 +314,7 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
   compare("data", "seq_len", std::to_string(config_.data.seq_len));
   compare("data", "shuffle", config_.data.shuffle ? "true" : "false");
   compare("data", "packing", config_.data.packing ? "true" : "false");
+  compare("data", "attention", quoted(std::string(config::to_text(config_.data.attention))));
   compare("training", "seed", std::to_string(config_.training.seed));
   compare("precision", "bf16", config_.precision.bf16 ? "true" : "false");
   // The data file itself: the same name with other contents is another dataset.

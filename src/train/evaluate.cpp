@@ -25,7 +25,22 @@ EvalResult evaluate(const EvalRequest& request) {
   const auto tokens = at::from_blob(const_cast<int64_t*>(tokens_array.values.data()), {batch, seq}, at::kLong).clone();
   SO_CHECK(tokens.min().item<int64_t>() >= 0 && tokens.max().item<int64_t>() < vocab,
            request.tokens << ": token ids must lie in [0, " << vocab << ") for this model");
-  const auto labels = model::next_token_labels(tokens);
+  auto labels = model::next_token_labels(tokens);
+  // Optional `position_ids` [batch, seq] (HF's padding-free packing): each packed sample starts
+  // at 0, attends only to itself, and its last token predicts nothing.
+  at::Tensor positions;
+  if (file.has("position_ids")) {
+    const auto array = file.read_int64("position_ids");
+    SO_CHECK(array.shape == tokens_array.shape,
+             request.tokens << ": dataset \"position_ids\" must have the shape of \"tokens\" [" << batch << ", " << seq << "]");
+    positions = at::from_blob(const_cast<int64_t*>(array.values.data()), {batch, seq}, at::kLong).clone();
+    const auto steps = positions.narrow(1, 1, seq - 1) - positions.narrow(1, 0, seq - 1);
+    SO_CHECK(positions.select(1, 0).eq(0).all().item<bool>() &&
+                 steps.eq(1).logical_or(positions.narrow(1, 1, seq - 1).eq(0)).all().item<bool>(),
+             request.tokens << ": dataset \"position_ids\" must start every row at 0 and either rise by 1 or restart at 0"
+                            << hint("write 0, 1, 2, ... for each packed sample"));
+    labels.narrow(1, 0, seq - 1).masked_fill_(positions.narrow(1, 1, seq - 1).eq(0), model::kIgnoreLabel);
+  }
 
   // This process alone: the engine holds the model as one shard and gathers a layer at a time.
   comm::MpiCommunicator self(MPI_COMM_SELF);
@@ -35,7 +50,7 @@ EvalResult evaluate(const EvalRequest& request) {
                            .persistence_threshold = 0,
                            .loss_chunk_tokens = 512},
                           loaded.materialize);
-  const auto total = engine.forward_loss(tokens, labels);
+  const auto total = engine.forward_loss(tokens, labels, positions);
   EvalResult result{.sequences = batch,
                     .seq_len = seq,
                     .predicted_tokens = total.tokens,
@@ -43,7 +58,7 @@ EvalResult evaluate(const EvalRequest& request) {
                     .aux_loss = total.aux_loss};
 
   if (!request.dump_logits.empty()) {
-    const auto logits = engine.forward_logits(tokens).contiguous();
+    const auto logits = engine.forward_logits(tokens, positions).contiguous();
     const auto per_token = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), {},
                                                   at::Reduction::None, model::kIgnoreLabel)
                                .reshape({batch, seq})

@@ -50,7 +50,9 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
     for (size_t m = 0; m < batches.size(); ++m) {
       micro_batch = m;
       if (hooks.progress && m > 0) hooks.progress("forward of micro-batch " + std::to_string(m + 1));
-      const auto r = engine.forward_backward(batches[m].tokens.to(device), batches[m].labels.to(device), loss_scale,
+      const auto& positions = batches[m].positions;
+      const auto r = engine.forward_backward(batches[m].tokens.to(device), batches[m].labels.to(device),
+                                             positions.defined() ? positions.to(device) : positions, loss_scale,
                                              aux_scale, m + 1 == batches.size());
       sums[0] += r.loss_sum;
       sums[1] += r.aux_loss;

@@ -27,6 +27,7 @@ namespace superoffload::train {
 // to the engine's device.
 struct MicroBatch {
   at::Tensor tokens, labels;
+  at::Tensor positions;  // [data] attention = "document": each packed sample from 0; else undefined
 };
 
 struct StepHooks {

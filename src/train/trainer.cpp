@@ -76,6 +76,26 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const cluster:
   return arrays;
 }
 
+// [data] attention: whether a token attends only within its own sample or document (auto:
+// instruction rows do, a plain-text stream does not). Rows that each hold one sample need no
+// mask: causal attention is the same there, and faster.
+bool attends_within_documents(config::AttentionScope scope, const data::TokenArrays& tokens, int rank) {
+  const bool rows = tokens.row_length > 0;
+  const bool documents = scope == config::AttentionScope::document || (scope == config::AttentionScope::automatic && rows);
+  const bool several = rows ? static_cast<int64_t>(tokens.doc_offsets.size()) > tokens.rows()
+                            : tokens.doc_offsets.size() > 1;
+  if (rank == 0) {
+    SO_LOG(info) << "attention: " << (documents ? "document" : "causal") << " ([data] attention = \""
+                 << config::to_text(scope) << "\"): "
+                 << (!documents   ? "a token attends to every earlier token of its sequence"
+                     : several    ? "each sample (or document) attends only to itself, its positions starting at 0"
+                     : rows && tokens.doc_offsets.empty()
+                         ? "the file records no sample boundaries (written before they were): each row is one sample"
+                         : "every sequence holds one sample: causal attention is the same");
+  }
+  return documents && several;
+}
+
 // Refuses, before anything is allocated, a run whose host memory need exceeds what this node
 // has, or (on a GPU) whose device memory need exceeds what this rank's GPU has free, with the
 // numbers and the settings that would make it fit.
@@ -290,11 +310,13 @@ std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, co
   for (const auto& indices : sampler.next()) {
     auto tokens = at::empty({static_cast<int64_t>(indices.size()), seq}, at::kLong);
     auto labels = at::empty_like(tokens);
+    auto positions = dataset.documents() ? at::empty_like(tokens) : at::Tensor();
     for (size_t i = 0; i < indices.size(); ++i) {
-      dataset.sample(indices[i], tokens[static_cast<int64_t>(i)].data_ptr<int64_t>(),
-                     labels[static_cast<int64_t>(i)].data_ptr<int64_t>());
+      const auto row = static_cast<int64_t>(i);
+      dataset.sample(indices[i], tokens[row].data_ptr<int64_t>(), labels[row].data_ptr<int64_t>(),
+                     positions.defined() ? positions[row].data_ptr<int64_t>() : nullptr);
     }
-    batches.push_back({tokens, labels});
+    batches.push_back({tokens, labels, positions});
   }
   return batches;
 }
@@ -337,8 +359,9 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto optimizer = make_optimizer(cfg, engine, binding);
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
 
-  const data::TokenDataset dataset(load_training_tokens(cfg, world), cfg.data.seq_len, cfg.data.path,
-                                   shape.vocab_size);
+  auto tokens = load_training_tokens(cfg, world);
+  const bool documents = attends_within_documents(cfg.data.attention, tokens, rank);
+  const data::TokenDataset dataset(std::move(tokens), cfg.data.seq_len, cfg.data.path, shape.vocab_size, documents);
   data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
                                    t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();

@@ -100,11 +100,18 @@ void ZeroEngine::release(size_t i) {
   account();
 }
 
-model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens,
+model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, const at::Tensor& position_ids,
                                             std::vector<model::RouterStatistics>* routers) const {
   model::BatchContext context;
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
-  context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
+  if (position_ids.defined()) {
+    // Packed documents: each starts at position 0 (HF's padding-free convention), and attention
+    // stays within it.
+    context.position_ids = position_ids;
+    context.document_ids = position_ids.eq(0).cumsum(1);
+  } else {
+    context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
+  }
   context.router_statistics = routers;
   return context;
 }
@@ -120,12 +127,13 @@ double ZeroEngine::global_grad_norm() {
   return std::sqrt(squares);
 }
 
-MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,
+MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at::Tensor& labels,
+                                              const at::Tensor& position_ids, double loss_scale,
                                               double aux_scale, bool last_micro_batch) {
   const size_t n = layers_.size();
   const size_t head = n - 1;
   MicroBatchResult result;
-  auto context = context_for(tokens, nullptr);
+  auto context = context_for(tokens, position_ids, nullptr);
 
   // ---- Forward: keep each layer's input (checkpointing) or its whole graph.
   std::vector<at::Tensor> inputs(n), outputs(n);
@@ -262,9 +270,9 @@ at::Tensor ZeroEngine::forward_blocks(const at::Tensor& tokens, const model::Bat
   return x;
 }
 
-at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens) {
+at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens, const at::Tensor& position_ids) {
   torch::NoGradGuard no_grad;
-  const auto context = context_for(tokens, nullptr);
+  const auto context = context_for(tokens, position_ids, nullptr);
   const auto hidden = forward_blocks(tokens, context);
   const size_t head = layers_.size() - 1;
   auto logits = layers_[head].layer().forward(hidden, context).to(at::kFloat);
@@ -272,11 +280,12 @@ at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens) {
   return logits;
 }
 
-MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels) {
+MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Tensor& labels,
+                                          const at::Tensor& position_ids) {
   torch::NoGradGuard no_grad;
   const size_t head = layers_.size() - 1;
   std::vector<model::RouterStatistics> routers;
-  const auto context = context_for(tokens, &routers);
+  const auto context = context_for(tokens, position_ids, &routers);
   const auto x = forward_blocks(tokens, context);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
   const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);

@@ -50,17 +50,19 @@ class ZeroEngine {
              const std::function<void(size_t)>& materialize = nullptr);
 
   // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
-  // model::kIgnoreLabel where nothing is predicted). Each token's loss is weighted by `loss_scale` (1 / tokens
+  // model::kIgnoreLabel where nothing is predicted). `position_ids` [batch, seq]: packed
+  // documents, each starting at 0, attend only within themselves; undefined: every row is one
+  // sequence at positions 0, 1, ... Each token's loss is weighted by `loss_scale` (1 / tokens
   // of the global batch); the MoE load-balancing loss, times router_aux_loss_coef, by `aux_scale`
   // (1 / micro-batches of the global batch, so that each forward's loss counts once in their mean). Gradients accumulate
   // in the fp32 shards until zero_grad(). `last_micro_batch`: gradient-ready callbacks fire as
   // each layer's shard completes.
-  MicroBatchResult forward_backward(const at::Tensor& tokens, const at::Tensor& labels, double loss_scale,
-                                    double aux_scale, bool last_micro_batch);
+  MicroBatchResult forward_backward(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& position_ids,
+                                    double loss_scale, double aux_scale, bool last_micro_batch);
   // Loss without gradients (evaluation).
-  MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels);
+  MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& position_ids = {});
   // fp32 logits [batch, seq, vocab] without gradients (evaluation; the whole batch at once).
-  at::Tensor forward_logits(const at::Tensor& tokens);
+  at::Tensor forward_logits(const at::Tensor& tokens, const at::Tensor& position_ids = {});
 
   void zero_grad();
   // sqrt of the sum of squares of every rank's gradient shards (one all-reduce, in fp64);
@@ -93,7 +95,8 @@ class ZeroEngine {
   void account();
   // Hands the layers whose reduced gradients are complete to the optimizer (last micro-batch).
   void deliver(const std::vector<size_t>& complete, bool last_micro_batch);
-  model::BatchContext context_for(const at::Tensor& tokens, std::vector<model::RouterStatistics>* routers) const;
+  model::BatchContext context_for(const at::Tensor& tokens, const at::Tensor& position_ids,
+                                  std::vector<model::RouterStatistics>* routers) const;
   // Without gradients: the blocks' output (the head's input), the head left gathered.
   at::Tensor forward_blocks(const at::Tensor& tokens, const model::BatchContext& context);
 

@@ -6,6 +6,13 @@ scales and every option matter), save it as a HF directory with safetensors, run
 `superoffload eval --dump-logits` on random tokens, and compare logits (fp32, 1e-4 absolute)
 and the mean loss. With --corrupt, also check that a truncated weights file is refused with
 a one-line error instead of a crash.
+
+Packing ([data] attention = "document", #35): rows that each hold several samples, with
+`position_ids` restarting at 0 at each (HF's padding-free convention), through `superoffload
+eval`; every sample alone through HF (unpacked, no padding) is the reference. Per-token logits
+and losses must agree to 1e-5 in fp32: a sample that saw its neighbour, or positions that went on
+from it, differs by 1e-2 or more. The samples are longer than the sliding windows (Mistral,
+Qwen2, GPT-OSS) so that the window is checked within a packed sample.
 """
 import argparse
 import os
@@ -138,6 +145,44 @@ def check_export(helper, model_dir, tmp, tokens, reference_logits):
           "HF loads them with identical logits; bf16 export rounds as torch does")
 
 
+def check_packed(arch, binary, model, config, tmp):
+    """Packed rows through superoffload against each sample alone through HF."""
+    generator = torch.Generator().manual_seed(7)
+    lengths = [[13, 9, 18], [25, 15]]  # 40 tokens per row
+    seq = sum(lengths[0])
+    tokens = torch.randint(0, config.vocab_size, (len(lengths), seq), generator=generator)
+    positions = torch.cat([torch.cat([torch.arange(n) for n in row]).unsqueeze(0) for row in lengths])
+    path = os.path.join(tmp, "packed.h5")
+    with h5py.File(path, "w") as f:
+        f["tokens"] = tokens.numpy().astype(np.int64)
+        f["position_ids"] = positions.numpy().astype(np.int64)
+    out = os.path.join(tmp, "packed_logits.h5")
+    result = subprocess.run([binary, "eval", "--model", os.path.join(tmp, "model"), "--tokens", path,
+                             "--dump-logits", out], capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        sys.exit(f"superoffload eval of packed rows failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    with h5py.File(out, "r") as f:
+        logits, loss, loss_mask = f["logits"][...], f["loss"][...], f["loss_mask"][...]
+    worst_logit = worst_loss = 0.0
+    with torch.no_grad():
+        for r, row in enumerate(lengths):
+            start = 0
+            for n in row:
+                sample = tokens[r:r + 1, start:start + n]
+                reference = model(sample).logits.float()[0]
+                reference_loss = torch.nn.functional.cross_entropy(reference[:-1], sample[0, 1:], reduction="none")
+                worst_logit = max(worst_logit, float(np.abs(logits[r, start:start + n] - reference.numpy()).max()))
+                worst_loss = max(worst_loss, float(np.abs(loss[r, start:start + n - 1] - reference_loss.numpy()).max()))
+                # The sample's last token predicts nothing (not its neighbour's first token).
+                assert loss_mask[r, start + n - 1] == 0 or start + n == seq, (r, start, n)
+                assert loss_mask[r, start:start + n - 1].all(), (r, start, n)
+                start += n
+    print(f"{arch}: packed rows (samples {lengths}) against each sample alone in HF: max |logits| {worst_logit:.2e}, "
+          f"max |token loss| {worst_loss:.2e}")
+    if worst_logit > 1e-5 or worst_loss > 1e-5:
+        sys.exit(f"{arch}: a packed sample differs from the same sample alone in HF transformers")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
@@ -183,6 +228,8 @@ def main():
             print(f"{args.arch}: aux loss {aux:.8f} vs HF {reference_aux:.8f}")
             if abs(aux - reference_aux) > 1e-6:
                 sys.exit(f"{args.arch}: load-balancing loss differs from HF transformers")
+
+        check_packed(args.arch, args.bin, model, config, tmp)
 
         if args.export:
             check_export(args.export, model_dir, tmp, tokens, reference_logits)

@@ -28,6 +28,9 @@ struct RouterStatistics {
 // What a layer may need besides its input, per micro-batch.
 struct BatchContext {
   at::Tensor position_ids;  // [batch, seq] int64
+  // [batch, seq] int64, rising along a row: attention stays within one document (packed samples,
+  // [data] attention = "document"). Undefined: each row is one causal sequence.
+  at::Tensor document_ids;
   // Mixture-of-experts layers whose config asks for the load-balancing loss append their
   // router's statistics here (may be null: then nothing is recorded).
   std::vector<RouterStatistics>* router_statistics = nullptr;

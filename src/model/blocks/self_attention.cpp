@@ -24,7 +24,7 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& o) : o_(o) {
 }
 
 at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  int64_t sliding_window) {
+                                  int64_t sliding_window, const at::Tensor& document_ids) {
   const int64_t b = x.size(0), t = x.size(1);
   at::Tensor q, k, v;
   if (qkv_proj) {
@@ -47,8 +47,9 @@ at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, co
   }
   q = Rotary::apply(q.transpose(1, 2), cos, sin);
   k = Rotary::apply(k.transpose(1, 2), cos, sin);
-  const auto out = sinks.defined() ? causal_attention_with_sinks(q, k, v.transpose(1, 2), sliding_window, sinks)
-                                   : causal_attention(q, k, v.transpose(1, 2), sliding_window);
+  const auto out = sinks.defined()
+                       ? causal_attention_with_sinks(q, k, v.transpose(1, 2), sliding_window, sinks, document_ids)
+                       : causal_attention(q, k, v.transpose(1, 2), sliding_window, document_ids);
   return (*o_proj)(out);
 }
 

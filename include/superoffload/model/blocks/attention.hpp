@@ -8,12 +8,15 @@ namespace superoffload::model {
 
 // q [batch, heads, seq, head_dim]; k, v [batch, kv_heads, seq, head_dim]. A token sees the
 // `sliding_window` most recent positions (itself included) when sliding_window > 0, else
-// all earlier ones. Returns [batch, seq, heads * head_dim].
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window);
+// all earlier ones; with `document_ids` ([batch, seq], BatchContext) only those of its own
+// document. Returns [batch, seq, heads * head_dim].
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
+                            const at::Tensor& document_ids = {});
 
 // The same with a learned sink logit per head (GPT-OSS): an extra softmax column that takes
 // probability mass and is then dropped. Computed explicitly (no fused kernel has sinks).
 at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       int64_t sliding_window, const at::Tensor& sinks);
+                                       int64_t sliding_window, const at::Tensor& sinks,
+                                       const at::Tensor& document_ids = {});
 
 }  // namespace superoffload::model

@@ -24,7 +24,9 @@ class SelfAttention : public torch::nn::Module {
  public:
   explicit SelfAttention(const SelfAttentionOptions& options);
   // x [batch, seq, hidden]; cos/sin from Rotary::cos_sin; sliding_window 0 = full causal.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t sliding_window);
+  // `document_ids`: BatchContext's (undefined: one causal sequence per row).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t sliding_window,
+                     const at::Tensor& document_ids = {});
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, qkv_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;
