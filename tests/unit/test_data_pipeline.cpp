@@ -18,6 +18,7 @@
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "io/hdf5_file.hpp"
+#include "model/labels.hpp"
 
 namespace d = superoffload::data;
 namespace fs = std::filesystem;
@@ -127,6 +128,31 @@ TEST_F(DataPipeline, PackingPutsSeveralSamplesInARowAndMasksEachPrompt) {
   }
   EXPECT_EQ(loss_tokens, 6) << "three responses and their EOS";
   EXPECT_EQ(packed.tokens[9], kBos) << "the second sample follows the first directly";
+  EXPECT_EQ(packed.doc_offsets, (std::vector<int64_t>{0, 9, 20})) << "where each sample starts";
+  EXPECT_EQ(padded.doc_offsets, (std::vector<int64_t>{0, 20, 40}));
+
+  // [data] attention = "document": positions restart at the second sample, and the first
+  // sample's last token (its EOS) predicts nothing rather than the next sample's BOS.
+  const d::TokenDataset documents(packed, 19, "test", 0, /*documents=*/true);
+  std::vector<int64_t> inputs(19), labels(19), positions(19);
+  documents.sample(0, inputs.data(), labels.data(), positions.data());
+  for (int64_t j = 0; j < 19; ++j) EXPECT_EQ(positions[j], j < 9 ? j : j - 9) << j;
+  EXPECT_EQ(labels[8], superoffload::model::kIgnoreLabel) << "no label across the boundary";
+  EXPECT_EQ(labels[7], kEos) << "the response still predicts its EOS";
+  // Without documents the row is one sequence (and the labels as before).
+  const d::TokenDataset causal(packed, 19, "test");
+  std::vector<int64_t> causal_labels(19);
+  causal.sample(0, inputs.data(), causal_labels.data());
+  EXPECT_EQ(causal_labels[8], superoffload::model::kIgnoreLabel) << "the next prompt's BOS carries no loss anyway";
+  // A stream: a document that starts inside a sample restarts the positions there.
+  d::TokenArrays stream;
+  stream.tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  stream.doc_offsets = {0, 3, 7};
+  const d::TokenDataset text(stream, 4, "test", 0, true);
+  text.sample(1, inputs.data(), labels.data(), positions.data());  // tokens 5..8 predicting 6..9
+  EXPECT_EQ((std::vector<int64_t>(positions.begin(), positions.begin() + 4)), (std::vector<int64_t>{0, 1, 2, 0}));
+  EXPECT_EQ(labels[2], superoffload::model::kIgnoreLabel) << "7 does not predict 8, which opens a document";
+  EXPECT_EQ(labels[0], 6);
 }
 
 TEST_F(DataPipeline, SamplesWithoutAResponseLeftAreDroppedAndCounted) {
