@@ -28,7 +28,6 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t heads) {
   return x.size(1) == heads ? x : x.repeat_interleave(heads / x.size(1), 1);
 }
 
-
 // The core on [batch, heads, seq, head_dim] without documents: the fused causal kernel, or a
 // boolean mask where a window cuts it.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value, int64_t sliding_window) {
