@@ -31,7 +31,8 @@ for f in (packed, padded):
     offsets, width = f["doc_offsets"][...], f["tokens"].shape[1]
     assert len(offsets) == 16, f"{f.filename}: {len(offsets)} sample starts, not 16"
     assert (f["tokens"][...].reshape(-1)[offsets] == 256).all(), "a sample start is not its BOS"
-    assert set(offsets % width) >= {0}, "rows start with a sample"
+    rows = f["tokens"].shape[0]
+    assert set(range(0, rows * width, width)) <= set(offsets.tolist()), "every row starts with a sample"
 assert (padded["doc_offsets"][...] % padded["tokens"].shape[1] == 0).all(), "unpacked rows hold one sample each"
 assert packed["tokens"].shape[0] < padded["tokens"].shape[0] // 2, (packed["tokens"].shape, padded["tokens"].shape)
 print(packed["tokens"].shape[0], padded["tokens"].shape[0])
