@@ -11,6 +11,7 @@ namespace superoffload::config {
 enum class InitMode { automatic, pretrained, random };
 enum class DataFormat { automatic, hdf5, jsonl, alpaca };
 enum class AttentionScope { automatic, document, causal };
+enum class EvalMetric { eval_loss, loss };
 enum class OptimizerType { adamw, adam };
 enum class LrScheduleType { constant, cosine, linear, lr_range_test };
 enum class WarmupType { linear, log };
@@ -46,6 +47,8 @@ SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::h
                      {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"})
 SUPEROFFLOAD_CHOICES(AttentionScope, {AttentionScope::automatic, "auto"}, {AttentionScope::document, "document"},
                      {AttentionScope::causal, "causal"})
+// HF Trainer's metric_for_best_model: "loss" is its shorthand for "eval_loss", the one metric computed.
+SUPEROFFLOAD_CHOICES(EvalMetric, {EvalMetric::eval_loss, "eval_loss"}, {EvalMetric::loss, "loss"})
 SUPEROFFLOAD_CHOICES(OptimizerType, {OptimizerType::adamw, "adamw"}, {OptimizerType::adam, "adam"})
 SUPEROFFLOAD_CHOICES(LrScheduleType, {LrScheduleType::constant, "constant"}, {LrScheduleType::cosine, "cosine"},
                      {LrScheduleType::linear, "linear"}, {LrScheduleType::lr_range_test, "lr_range_test"})

@@ -34,6 +34,9 @@ struct DataConfig {
   bool packing = false;
   AttentionScope attention = AttentionScope::automatic;  // auto: document for instruction rows, causal for a stream
   bool shuffle = true;
+  // Validation data: a file of its own (any format `path` takes), or a held-out share of `path`.
+  std::string eval_path;
+  double eval_fraction = 0.0;  // 0: none held out
 };
 
 struct TrainingConfig {
@@ -48,6 +51,14 @@ struct TrainingConfig {
   std::int64_t bench_steps = 0;
   std::int64_t seed = 42;
   bool activation_checkpointing = true;
+  // Validation during training (needs [data] eval_path or eval_fraction).
+  std::int64_t eval_every_steps = 0;             // 0: only at the end
+  std::int64_t eval_max_batches = 0;             // 0: the whole eval set
+  std::int64_t per_device_eval_batch_size = 0;   // 0: train_micro_batch_size_per_gpu
+  bool eval_on_start = false;                    // also before the first step (HF's eval_on_start)
+  std::int64_t early_stopping_patience = 0;      // 0: never stop early
+  double early_stopping_threshold = 0.0;         // an improvement must exceed this to reset the patience
+  EvalMetric metric_for_best_model = EvalMetric::eval_loss;
 };
 
 struct OptimizerConfig {
@@ -101,6 +112,7 @@ struct PrecisionConfig {
 struct CheckpointConfig {
   std::int64_t every_steps = 0;
   std::int64_t keep_last = 2;
+  bool keep_best = false;  // also keep the checkpoint of the lowest eval loss, named by `best`
   bool save_on_exit = true;
   bool auto_resume = true;
   bool async_save = false;

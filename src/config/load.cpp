@@ -4,6 +4,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 
@@ -122,6 +123,26 @@ const RenamedKey* renamed_key(const std::string& section, const std::string& key
   return nullptr;
 }
 
+// HF Trainer's TrainingArguments names, accepted as written (its arguments are flat; a user
+// copies them under [training]): each means what the key it maps to means.
+struct HfTrainerKey {
+  const char* section;
+  const char* hf_key;
+  const char* target_section;
+  const char* target_key;
+};
+constexpr HfTrainerKey kHfTrainerKeys[] = {
+    {"training", "eval_steps", "training", "eval_every_steps"},
+    {"training", "load_best_model_at_end", "checkpoint", "keep_best"},
+};
+
+const HfTrainerKey* hf_trainer_key(const std::string& section, const std::string& key) {
+  for (const auto& k : kHfTrainerKeys) {
+    if (section == k.section && key == k.hf_key) return &k;
+  }
+  return nullptr;
+}
+
 class Loader {
  public:
   // Reads one source: a table of [section] tables. `origin_of` names a node's origin when
@@ -160,9 +181,21 @@ class Loader {
                               renamed->new_key + ", because " + renamed->why + " — rename it");
           key = renamed->new_key;
         }
-        const std::string dotted = section + "." + key;
+        std::string field_section = section;
+        if (const auto* hf = hf_trainer_key(section, key)) {
+          const auto* target = root.get_as<toml::table>(hf->target_section);
+          if (target && target->contains(hf->target_key)) {
+            problems_.push_back("[" + section + "] " + key + " at " + origin + " is HF Trainer's name of [" +
+                                hf->target_section + "] " + hf->target_key + ", which is set too — keep one");
+            continue;
+          }
+          field_section = hf->target_section;
+          key = hf->target_key;
+          origin += " (HF Trainer's " + std::string(hf->hf_key) + ")";
+        }
+        const std::string dotted = field_section + "." + key;
         if (auto it = known_origins.find(dotted); it != known_origins.end()) origin = it->second;
-        const Field* field = find_field(section, key);
+        const Field* field = find_field(field_section, key);
         if (!field) {
           std::string key_at = origin;
           if (const auto& src = key_name.source(); src.path && src.begin.line > 0) {
@@ -260,12 +293,49 @@ class Loader {
       c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");
     }
+    check_evaluation(c);
     warn_ignored(c);
     if (c.config.runtime.comm_backend == CommBackend::nccl && c.config.runtime.device == DeviceKind::cpu) {
       problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +
                           ") needs device = \"cuda\" or \"auto\", not \"cpu\" (" + origin_of(c, "runtime.device") +
                           ") — NCCL works on GPU buffers only");
     }
+  }
+
+  // Validation during training: where its data comes from, and the settings that need it.
+  void check_evaluation(LoadedConfig& c) {
+    const auto& d = c.config.data;
+    const auto& t = c.config.training;
+    const bool eval_set = !d.eval_path.empty() || d.eval_fraction > 0;
+    if (!d.eval_path.empty() && d.eval_fraction > 0) {
+      problems_.push_back("[data] eval_path (" + origin_of(c, "data.eval_path") + ") and eval_fraction (" +
+                          origin_of(c, "data.eval_fraction") + ") are both set — validate on the file, or on a share "
+                          "held out of [data] path, not both");
+    }
+    if (!d.eval_path.empty() && !d.path.empty() &&
+        std::filesystem::weakly_canonical(d.eval_path) == std::filesystem::weakly_canonical(d.path)) {
+      c.warnings.push_back("[data] eval_path (" + origin_of(c, "data.eval_path") + ") is the training data " + d.path +
+                           ": its eval loss measures memorisation, not generalisation — use a held-out file, or "
+                           "eval_fraction to hold out a share of it");
+    }
+    if (eval_set) {
+      if (t.early_stopping_patience > 0 && t.eval_every_steps == 0) {
+        problems_.push_back("[training] early_stopping_patience = " + std::to_string(t.early_stopping_patience) + " (" +
+                            origin_of(c, "training.early_stopping_patience") +
+                            ") needs evaluations during the run — set [training] eval_every_steps");
+      }
+      return;
+    }
+    auto needs_eval_set = [&](const char* key, std::int64_t value) {
+      if (value == 0) return;
+      std::string name = key;
+      name.replace(name.find('.'), 1, "] ");
+      problems_.push_back("[" + name + " = " + std::to_string(value) + " (" + origin_of(c, key) +
+                          ") needs validation data — set [data] eval_path (a file) or eval_fraction (a share of "
+                          "[data] path held out)");
+    };
+    needs_eval_set("training.eval_every_steps", t.eval_every_steps);
+    needs_eval_set("training.early_stopping_patience", t.early_stopping_patience);
   }
 
   // Settings given explicitly that this configuration does not read: a warning each, never
@@ -305,6 +375,14 @@ class Loader {
     for (const char* key : {"metrics.output_path", "metrics.job_name"}) {
       ignored(key, !monitors, "set [metrics] tensorboard or csv = true to write DeepSpeed's monitors");
     }
+    const bool eval_set = !cfg.data.eval_path.empty() || cfg.data.eval_fraction > 0;
+    for (const char* key : {"training.eval_max_batches", "training.per_device_eval_batch_size", "training.eval_on_start",
+                            "training.early_stopping_threshold", "training.metric_for_best_model",
+                            "checkpoint.keep_best"}) {
+      ignored(key, !eval_set, "there is no validation data ([data] eval_path or eval_fraction)");
+    }
+    ignored("training.early_stopping_threshold", eval_set && cfg.training.early_stopping_patience == 0,
+            "[training] early_stopping_patience = 0 never stops early");
     for (const char* key : {"profile.top_layers", "profile.output_file"}) {
       ignored(key, cfg.profile.step == 0, "[profile] step = 0 profiles nothing");
     }

@@ -97,6 +97,14 @@ std::vector<Section> build_schema() {
           "each, as HF's padding-free packing), \"causal\" (everything before it in the sequence) or \"auto\" "
           "(document for instruction samples, causal for a plain-text stream).");
     b.add("shuffle", &DataConfig::shuffle, "Shuffle samples each epoch (deterministic from training.seed).");
+    b.add("eval_path", &DataConfig::eval_path,
+          "Validation data for [training] eval_every_steps: a file in any format `path` takes, tokenized and cut into "
+          "samples the same way (format, seq_len, templates, packing, attention); empty: none, or eval_fraction.");
+    b.add("eval_fraction", &DataConfig::eval_fraction,
+          "Hold out this share of `path`'s samples (rows, or seq_len-token pieces of a stream) as validation data, "
+          "never trained on: the same samples at any world size, chosen from [training] seed (HF's train_test_split "
+          "test_size, rounded up); 0: none. At most 0.5; not together with eval_path.")
+        .range(0, 0.5);
   }
   {
     SectionBuilder<TrainingConfig> b(s, "training", "The step loop. Batch keys follow DeepSpeed.", &Config::training);
@@ -128,6 +136,30 @@ std::vector<Section> build_schema() {
         .at_least(0);
     b.add("activation_checkpointing", &TrainingConfig::activation_checkpointing,
           "Keep only each layer's input and recompute in backward; false keeps all activations.");
+    b.add("eval_every_steps", &TrainingConfig::eval_every_steps,
+          "Evaluate the validation data ([data] eval_path or eval_fraction) every N steps and once at the end; 0: at "
+          "the end only. HF Trainer's eval_steps imports here.")
+        .at_least(0);
+    b.add("eval_max_batches", &TrainingConfig::eval_max_batches,
+          "Evaluate only the first N batches of per_device_eval_batch_size samples of the validation data (the same "
+          "samples at any world size, spread over the ranks); 0: all of it.")
+        .at_least(0);
+    b.add("per_device_eval_batch_size", &TrainingConfig::per_device_eval_batch_size,
+          "Validation samples per rank per forward (HF Trainer's name); 0: train_micro_batch_size_per_gpu.")
+        .at_least(0);
+    b.add("eval_on_start", &TrainingConfig::eval_on_start,
+          "Also evaluate before the first step (HF Trainer's eval_on_start): the curve's starting point.");
+    b.add("early_stopping_patience", &TrainingConfig::early_stopping_patience,
+          "Stop after this many evaluations in a row without a new lowest eval loss (HF's EarlyStoppingCallback), "
+          "saving a final checkpoint; 0: never. Needs eval_every_steps.")
+        .at_least(0);
+    b.add("early_stopping_threshold", &TrainingConfig::early_stopping_threshold,
+          "early_stopping_patience: an evaluation counts as an improvement only when it lowers the best eval loss "
+          "by more than this.")
+        .at_least(0);
+    b.add("metric_for_best_model", &TrainingConfig::metric_for_best_model,
+          "What [checkpoint] keep_best and early stopping compare, lower being better: \"eval_loss\" (HF Trainer's "
+          "name; \"loss\" is its shorthand for the same). The eval loss is the only metric computed.");
   }
   {
     SectionBuilder<OptimizerConfig> b(s, "optimizer", "AdamW over fp32 master weights.", &Config::optimizer);
@@ -229,6 +261,10 @@ std::vector<Section> build_schema() {
     b.add("keep_last", &CheckpointConfig::keep_last,
           "Complete checkpoints kept; older ones are deleted only after a newer one is complete.")
         .at_least(1);
+    b.add("keep_best", &CheckpointConfig::keep_best,
+          "Also keep the checkpoint of the lowest eval loss so far, named by checkpoints/best as `latest` names the "
+          "newest (saved when an evaluation finds it, if no save falls on that step). `export RUN --checkpoint best` "
+          "exports it. HF Trainer's load_best_model_at_end imports here.");
     b.add("save_on_exit", &CheckpointConfig::save_on_exit, "Save at the end of training and on preemption.");
     b.add("auto_resume", &CheckpointConfig::auto_resume, "Resume from checkpoints/latest when it exists.");
     b.add("async_save", &CheckpointConfig::async_save,

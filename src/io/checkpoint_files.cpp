@@ -111,14 +111,22 @@ std::vector<fs::path> list_checkpoints(const fs::path& root) {
   return out;
 }
 
-fs::path read_latest(const fs::path& root) {
-  std::ifstream in(root / "latest");
+namespace {
+
+// The step directory a pointer file beside them names.
+fs::path read_pointer(const fs::path& root, const char* pointer) {
+  std::ifstream in(root / pointer);
   std::string name;
   if (!(in >> name)) return {};
   // Only a step directory beside it: never an absolute path or one that leaves the root.
   if (name.find('/') != std::string::npos || !step_of(fs::path(name))) return {};
   return root / name;
 }
+
+}  // namespace
+
+fs::path read_latest(const fs::path& root) { return read_pointer(root, "latest"); }
+fs::path read_best(const fs::path& root) { return read_pointer(root, "best"); }
 
 namespace {
 

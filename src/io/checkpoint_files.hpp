@@ -3,6 +3,7 @@
 //   <root>/step_<8 digits>/manifest.json        rank 0: layout, model, config, versions
 //   <root>/step_<8 digits>/DONE                 written last: manifest CRC, each file's size and CRC
 //   <root>/latest                               the name of the newest complete one (atomic rename)
+//   <root>/best                                 [checkpoint] keep_best: the one of the lowest eval loss
 // A directory without DONE, or whose files do not match it, is never resumed from.
 //
 // Format 2 (written now): contiguous datasets with per-block CRC32C attributes (rank_file.hpp);
@@ -39,6 +40,8 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& root);
 // What `latest` names (empty when there is no `latest`).
 std::filesystem::path read_latest(const std::filesystem::path& root);
+// What `best` names (empty when there is none).
+std::filesystem::path read_best(const std::filesystem::path& root);
 
 // How much of a checkpoint checkpoint_problem reads.
 enum class Verify {

@@ -82,7 +82,7 @@ std::string reason_of(const std::string& cause) {
 SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress,
-                           ReadBack read_back_from) {
+                           ReadBack read_back_from, bool best) {
   const double start_s = base::now_s();
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -111,6 +111,20 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
   SO_CHECK_MPI(MPI_Bcast(&exists, 1, MPI_INT, 0, comm));
   if (exists) {
     result.already_saved = true;
+    if (best) {
+      if (rank == 0) {
+        try {
+          write_file_atomically(root / "best", step_directory_name(step) + "\n");
+        } catch (const std::exception& e) {
+          failure = reason_of(e.what());
+        }
+      }
+      // The checkpoint itself is complete and stays; only the pointer is missing.
+      if (failure = lowest_rank_failure(failure, comm); !failure.empty()) {
+        throw SaveFailed("cannot name " + result.directory.string() + " as " + (root / "best").string() + ": " + failure,
+                         "free space on the file system of [training] output_dir (or raise the quota)");
+      }
+    }
     return result;
   }
 
@@ -147,6 +161,7 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
       // Every rank file was renamed into place before the gather: DONE is the last word.
       write_file_atomically(result.directory / "DONE", done.dump(1));
       write_file_atomically(root / "latest", step_directory_name(step) + "\n");
+      if (best) write_file_atomically(root / "best", step_directory_name(step) + "\n");
     } catch (const std::exception& e) {
       failure = reason_of(e.what());
     }
@@ -155,11 +170,13 @@ SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector
     // is tried again at the next save.
     if (failure.empty() && keep_last > 0) {
       auto all = list_checkpoints(root);
+      const auto kept_best = read_best(root);
       int64_t complete_seen = 0;
       for (auto it = all.rbegin(); it != all.rend(); ++it) {
         if (step_of(*it).value_or(0) > step) continue;
         const bool complete = fs::exists(*it / "DONE");
         if (complete && ++complete_seen <= keep_last) continue;
+        if (complete && !kept_best.empty() && it->filename() == kept_best.filename()) continue;
         std::error_code ignored;
         fs::remove_all(*it, ignored);
       }

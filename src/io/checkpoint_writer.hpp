@@ -54,9 +54,11 @@ class SaveFailed : public Error {
 // keeps everything. `progress` (optional) hears what is
 // being written, layer by layer, so a watchdog knows a long save is alive.
 // `read_back_from`: where each rank file's CRCs are read back from (rank_file.hpp).
+// `best`: `best` names this checkpoint too once it is complete (also when it existed already).
+// The checkpoint `best` names is never deleted for keep_last.
 SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr,
-                           ReadBack read_back_from = ReadBack::page_cache);
+                           ReadBack read_back_from = ReadBack::page_cache, bool best = false);
 
 }  // namespace superoffload::io

@@ -71,13 +71,16 @@ void append_row(hid_t set, hsize_t row, const double* values, hsize_t columns) {
 
 MetricsFile::MetricsFile(const std::string& path, std::vector<std::string> train_columns,
                          std::vector<std::string> rank_columns, int world_size, int64_t keep_through_step,
-                         const std::map<std::string, std::string>& attributes, std::vector<FixedDataset> fixed)
+                         const std::map<std::string, std::string>& attributes, std::vector<FixedDataset> fixed,
+                         std::vector<std::string> eval_columns)
     : path_(path),
       train_columns_(std::move(train_columns)),
       rank_columns_(std::move(rank_columns)),
+      eval_columns_(std::move(eval_columns)),
       fixed_(std::move(fixed)),
       world_(world_size) {
   SO_CHECK(!train_columns_.empty() && train_columns_[0] == "step", "metrics: the first column must be \"step\"");
+  SO_CHECK(eval_columns_.empty() || eval_columns_[0] == "step", "metrics: the first eval column must be \"step\"");
   if (!fs::exists(path_) || !reopen(keep_through_step, attributes)) create(attributes);
   // From here on only rows are added: readers may follow the file.
   SO_CHECK_HDF5(H5Fstart_swmr_write(file_.get()), "switching " << path_ << " to SWMR writing");
@@ -87,6 +90,7 @@ MetricsFile::MetricsFile(const std::string& path, std::vector<std::string> train
 MetricsFile::~MetricsFile() {
   train_sets_.clear();
   rank_sets_.clear();
+  eval_sets_.clear();
   if (file_.get() >= 0) H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
 }
 
@@ -98,9 +102,11 @@ void MetricsFile::create(const std::map<std::string, std::string>& attributes) {
                      H5Fclose);
   for (const auto& column : train_columns_) create_series(file_.get(), "train/" + column, 0);
   for (const auto& column : rank_columns_) create_series(file_.get(), "ranks/" + column, static_cast<hsize_t>(world_));
+  for (const auto& column : eval_columns_) create_series(file_.get(), "eval/" + column, 0);
   for (const auto& [name, value] : attributes) write_string_attribute(file_.get(), name, value);
   for (const auto& d : fixed_) create_fixed(file_.get(), d);
   rows_ = 0;
+  eval_rows_ = 0;
 }
 
 void MetricsFile::write_fixed(const std::string& name, const std::vector<double>& values) {
@@ -168,6 +174,11 @@ bool MetricsFile::reopen(int64_t keep_through_step, const std::map<std::string, 
   size_t keep = 0;
   while (keep < columns[0].size() && columns[0][keep] <= static_cast<double>(keep_through_step)) ++keep;
   const std::string final_path = path_;
+  // /eval, when the file has it (written before it existed: none), up to the resumed step.
+  std::vector<std::vector<double>> evals;
+  std::vector<std::string> eval_names;
+  for (const auto& column : eval_columns_) eval_names.push_back("eval/" + column);
+  if (eval_names.empty() || !read_columns(final_path, eval_names, evals)) evals.clear();
   path_ += ".tmp";
   create(attributes);
   open_datasets();
@@ -187,8 +198,15 @@ bool MetricsFile::reopen(int64_t keep_through_step, const std::map<std::string, 
     }
     append(train_row, rank_values);
   }
+  for (size_t row = 0; !evals.empty() && row < evals[0].size(); ++row) {
+    if (evals[0][row] > static_cast<double>(keep_through_step)) break;
+    std::vector<double> eval_row;
+    for (const auto& column : evals) eval_row.push_back(column[row]);
+    append_eval(eval_row);
+  }
   train_sets_.clear();
   rank_sets_.clear();
+  eval_sets_.clear();
   flush();
   fs::rename(path_, final_path);
   path_ = final_path;
@@ -202,6 +220,17 @@ void MetricsFile::open_datasets() {
   for (const auto& column : rank_columns_) {
     rank_sets_.emplace_back(SO_CHECK_HDF5(H5Dopen2(file_.get(), ("ranks/" + column).c_str(), H5P_DEFAULT), column), H5Dclose);
   }
+  for (const auto& column : eval_columns_) {
+    eval_sets_.emplace_back(SO_CHECK_HDF5(H5Dopen2(file_.get(), ("eval/" + column).c_str(), H5P_DEFAULT), column), H5Dclose);
+  }
+}
+
+void MetricsFile::append_eval(const std::vector<double>& eval_row) {
+  SO_CHECK(eval_row.size() == eval_columns_.size(), "metrics: an eval row has the wrong number of values");
+  for (size_t c = 0; c < eval_sets_.size(); ++c) {
+    append_row(eval_sets_[c].get(), static_cast<hsize_t>(eval_rows_), &eval_row[c], 0);
+  }
+  ++eval_rows_;
 }
 
 void MetricsFile::append(const std::vector<double>& train_row, const std::vector<double>& rank_values) {

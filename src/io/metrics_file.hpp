@@ -6,7 +6,9 @@
 // it keeps /train, and the earlier steps' /ranks rows read NaN (one column per rank of the new
 // world). A file of another layout is kept as metrics.h5.<time>.old. Datasets of a fixed shape
 // (the one-step profile) are created up front, NaN until written: SWMR allows no new objects
-// once readers may follow the file.
+// once readers may follow the file. /eval holds a row per evaluation (its own "step" column
+// first), dropped past the checkpoint on resume like /train's; a file written before /eval
+// existed gains an empty one.
 #pragma once
 
 #include <hdf5.h>
@@ -34,7 +36,7 @@ class MetricsFile {
   // existing file with the same columns; a file with other columns is renamed aside.
   MetricsFile(const std::string& path, std::vector<std::string> train_columns, std::vector<std::string> rank_columns,
               int world_size, int64_t keep_through_step, const std::map<std::string, std::string>& attributes,
-              std::vector<FixedDataset> fixed = {});
+              std::vector<FixedDataset> fixed = {}, std::vector<std::string> eval_columns = {});
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
@@ -42,6 +44,8 @@ class MetricsFile {
   // One step: a value per train column, and world_size values per rank column (rank order,
   // column by column).
   void append(const std::vector<double>& train_row, const std::vector<double>& rank_values);
+  // One evaluation: a value per eval column.
+  void append_eval(const std::vector<double>& eval_row);
   // Writes a whole fixed dataset (values in row-major order of its dims).
   void write_fixed(const std::string& name, const std::vector<double>& values);
   // Makes the appended rows visible to SWMR readers.
@@ -53,12 +57,12 @@ class MetricsFile {
   bool reopen(int64_t keep_through_step, const std::map<std::string, std::string>& attributes);
   void open_datasets();
   std::string path_;
-  std::vector<std::string> train_columns_, rank_columns_;
+  std::vector<std::string> train_columns_, rank_columns_, eval_columns_;
   std::vector<FixedDataset> fixed_;
   int world_;
-  int64_t rows_ = 0;
+  int64_t rows_ = 0, eval_rows_ = 0;
   Hdf5Handle file_;
-  std::vector<Hdf5Handle> train_sets_, rank_sets_;
+  std::vector<Hdf5Handle> train_sets_, rank_sets_, eval_sets_;
 };
 
 }  // namespace superoffload::io

@@ -61,6 +61,13 @@ int64_t count_non_finite(const at::Tensor& t) {
       [](int64_t a, int64_t b) { return a + b; });
 }
 
+// A float setting as the manifest's TOML and this run both write it.
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
 std::string shape_text(const nlohmann::json& shape) {
   std::ostringstream out;
   out << "[";
@@ -75,7 +82,7 @@ TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::Zer
     : config_(config), engine_(engine), optimizer_(optimizer), world_(world), model_(std::move(model)),
       root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
 
-void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
+void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool best) {
   wait();
   // A writer thread makes MPI calls beside the training thread's: only with MPI_THREAD_MULTIPLE.
   const bool background =
@@ -116,6 +123,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
                           {"global_batch_samples", global_batch_},
                           {"skipped_steps", position.skipped_steps},
                           {"seed", config_.training.seed}};
+  manifest["evaluation"] = EvalTracker::to_json(position.evaluation);
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
   std::error_code no_size;
   const auto data_bytes = fs::file_size(config_.data.path, no_size);
@@ -133,13 +141,14 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
   } : std::function<void(const std::string&)>();
   // Runs on this thread, or on the writer thread for a background save.
   auto write = [this, states = std::move(states), views = std::move(views), manifest = std::move(manifest),
-                step = position.step, background, copy_s = base::now_s() - copy_start_s, blobs = io::RankBlobs{{"rng_state", cpu_rng_state()}, {"optimizer_state", bytes_of(optimizer_.export_rank_state())}},
+                step = position.step, background, best, position_best_loss = position.evaluation.best_loss, copy_s = base::now_s() - copy_start_s, blobs = io::RankBlobs{{"rng_state", cpu_rng_state()}, {"optimizer_state", bytes_of(optimizer_.export_rank_state())}},
                 progress = std::move(progress)]() mutable {
     const auto result = io::save_checkpoint(root_, step, views, blobs, manifest, config_.checkpoint.keep_last,
                                             background ? writer_comm_ : world_.world(),
                                             background ? std::function<void(const std::string&)>() : progress,
                                             config_.checkpoint.verify_from_disk ? io::ReadBack::device
-                                                                                : io::ReadBack::page_cache);
+                                                                                : io::ReadBack::page_cache,
+                                            best);
     if (failed_in_a_row_ > 0 && world_.rank() == 0 && !result.already_saved) {
       SO_LOG(warning) << "checkpoints are saved again after " << failed_in_a_row_ << " failed save(s)";
     }
@@ -153,6 +162,10 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind) {
                    << (background ? "; written in the background, training paused " + std::to_string(copy_s) + " s for the copy"
                                   : std::string())
                    << ")";
+    }
+    if (best) {
+      SO_LOG(info) << "best checkpoint: " << result.directory.string() << " (eval loss " << position_best_loss
+                   << "), named by " << (root_ / "best").string();
     }
   };
   if (!background) {
@@ -307,6 +320,7 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
     if (const auto* text = node->as_string()) then = "\"" + text->get() + "\"";
     else if (const auto* flag = node->as_boolean()) then = flag->get() ? "true" : "false";
     else if (const auto* number = node->as_integer()) then = std::to_string(number->get());
+    else if (const auto* real = node->as_floating_point()) then = number_text(real->get());
     if (then != now) changes.push_back(std::string("[") + section + "] " + key + " was " + then + ", is " + now);
   };
   auto quoted = [](const std::string& text) { return "\"" + text + "\""; };
@@ -315,6 +329,10 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
   compare("data", "shuffle", config_.data.shuffle ? "true" : "false");
   compare("data", "packing", config_.data.packing ? "true" : "false");
   compare("data", "attention", quoted(std::string(config::to_text(config_.data.attention))));
+  // The validation data: another share or file is another training set (eval_fraction) or
+  // another curve, whose best and patience the checkpoint's would be compared with.
+  compare("data", "eval_path", quoted(config_.data.eval_path));
+  compare("data", "eval_fraction", number_text(config_.data.eval_fraction));
   compare("training", "seed", std::to_string(config_.training.seed));
   compare("precision", "bf16", config_.precision.bf16 ? "true" : "false");
   // The data file itself: the same name with other contents is another dataset.
@@ -422,6 +440,7 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
   position.skipped_steps = training.at("skipped_steps").get<int64_t>();
   position.sampler.epoch = training.at("sampler_epoch").get<int64_t>();
   position.sampler.batch = training.at("sampler_batch").get<int64_t>();
+  position.evaluation = EvalTracker::from_json(reader.manifest().value("evaluation", nlohmann::json()));
   const int64_t saved_batch = training.at("global_batch_samples").get<int64_t>();
   if (saved_batch != global_batch_) {
     // The same samples consumed in this epoch, counted in the new global batch.

@@ -16,6 +16,7 @@
 
 #include "config/config.hpp"
 #include "data/sampler.hpp"
+#include "train/eval_tracker.hpp"
 
 namespace superoffload::cluster {
 class MpiWorld;
@@ -38,6 +39,7 @@ struct TrainingPosition {
   int64_t step = 0;  // optimizer steps completed
   data::SamplerPosition sampler;
   int64_t skipped_steps = 0;
+  EvalTrackerState evaluation;  // the best eval loss so far and the early-stopping count
 };
 
 class TrainingCheckpoints {
@@ -57,7 +59,9 @@ class TrainingCheckpoints {
   // async_save copies the state and a writer thread writes it while training goes on;
   // otherwise the save is complete when this returns. A save waits for the previous one.
   // Throws when a save fails and may not (see Kind).
-  void save(const TrainingPosition& position, Kind kind);
+  // `best`: this step's evaluation found the lowest eval loss so far ([checkpoint] keep_best):
+  // checkpoints/best names it once complete, and keep_last never deletes it.
+  void save(const TrainingPosition& position, Kind kind, bool best = false);
   // Waits for a background save; rethrows its error unless a failed save may be tolerated.
   void wait();
   // Throws when the most recent save failed (tolerated then): at the end of a run, whose state

@@ -16,9 +16,9 @@ namespace superoffload::train {
 
 namespace fs = std::filesystem;
 
-// A step_* directory as given, else the newest complete checkpoint of an output directory
-// or of its checkpoints/ folder.
-fs::path find_checkpoint_to_export(const std::string& given, MPI_Comm comm) {
+// A step_* directory as given, else the checkpoint `which` names of an output directory or of
+// its checkpoints/ folder: `best`, or the newest complete one.
+fs::path find_checkpoint_to_export(const std::string& given, const std::string& which, MPI_Comm comm) {
   const fs::path path(given);
   SO_CHECK(fs::exists(path), "checkpoint " << given << " does not exist");
   if (io::step_of(path) || fs::exists(path / "DONE")) {
@@ -27,6 +27,18 @@ fs::path find_checkpoint_to_export(const std::string& given, MPI_Comm comm) {
     return path;
   }
   const fs::path root = fs::exists(path / "checkpoints") ? path / "checkpoints" : path;
+  if (which == "best") {
+    const auto best = io::read_best(root);
+    if (best.empty()) {
+      throw Error("no checkpoint is named best under " + root.string(),
+                  "train with [checkpoint] keep_best = true and validation data ([data] eval_path or eval_fraction), "
+                  "or export --checkpoint latest",
+                  Error::UserInput{});
+    }
+    const auto problem = io::checkpoint_problem(best, comm);
+    SO_CHECK(problem.empty(), "cannot export the best checkpoint " << best.string() << ": " << problem);
+    return best;
+  }
   std::vector<std::string> notes;
   const auto chosen = io::resolve_checkpoint(root, "latest", comm, notes);
   int rank = 0;

@@ -162,7 +162,8 @@ MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::Mp
     }
     file_ = std::make_unique<io::MetricsFile>(
         (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
-        world_.size(), keep_through_step, attributes, std::move(fixed));
+        world_.size(), keep_through_step, attributes, std::move(fixed),
+        std::vector<std::string>{"step", "loss", "tokens", "seconds"});
   }
   const auto& m = config_.metrics;
   if ((m.tensorboard || m.csv) && world_.rank() == 0) {
@@ -218,6 +219,24 @@ void MetricsRecorder::record(const StepRecord& r) {
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);
   if (r.step % std::max<int64_t>(1, config_.metrics.flush_every_steps) == 0) flush();
+}
+
+void MetricsRecorder::record_eval(const EvalRecord& r) {
+  if (world_.rank() != 0) return;
+  const int64_t samples = r.step * config_.training.train_batch_size;
+  const double wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // A non-finite eval loss is in /eval as it is; the monitors get only finite values.
+  if (std::isfinite(r.loss)) {
+    for (const auto& [tag, value] : {std::pair{"Eval/Samples/eval_loss", r.loss},
+                                     std::pair{"Eval/Samples/eval_ppl", std::exp(r.loss)}}) {
+      if (tensorboard_) tensorboard_->scalar(tag, value, samples, wall_time);
+      if (csv_) csv_->write(tag, value, samples);
+    }
+  }
+  if (file_) {
+    file_->append_eval({static_cast<double>(r.step), r.loss, static_cast<double>(r.tokens), r.seconds});
+  }
+  flush();  // evaluations are rare and the curve is what a reader follows
 }
 
 void MetricsRecorder::record_profile(const LayerProfile& p) {

@@ -3,7 +3,7 @@
 // [metrics] flush_every_steps steps so readers see the run as it goes. With [metrics]
 // tensorboard or csv, rank 0 also feeds DeepSpeed's monitors the same values under DeepSpeed's
 // tags (Train/Samples/train_loss, Train/Samples/lr, ...), against samples seen as DeepSpeed
-// does.
+// does; evaluations go to /eval and to the monitors as Eval/Samples/eval_loss and eval_ppl.
 #pragma once
 
 #include <map>
@@ -41,6 +41,14 @@ struct StepRecord {
                                  // /train holds the largest over ranks
 };
 
+// One evaluation of the validation data (train/validation.hpp), after `step` (0: before the first).
+struct EvalRecord {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+
 class MetricsRecorder {
  public:
   // Collective. `keep_through_step`: the step a resumed run starts from. `layers`: the
@@ -50,6 +58,9 @@ class MetricsRecorder {
   ~MetricsRecorder();
   // Collective (a gather of per-rank times).
   void record(const StepRecord& record);
+  // Rank 0 appends it to /eval (step, loss, tokens, seconds) and gives the monitors
+  // Eval/Samples/eval_loss and eval_ppl. Not collective.
+  void record_eval(const EvalRecord& record);
   // Rank 0 writes the profile to /profile (the step's rows are recorded as usual).
   void record_profile(const LayerProfile& profile);
   // Rank 0 writes every row so far to disk: called at each checkpoint, so that a crash never

@@ -47,7 +47,12 @@ std::string format_step_line(const StepLine& l) {
   if (t.hfu > 0) line << " | HFU " << 100 * t.hfu << "%";
   if (l.skipped) line << " | skipped (non-finite)";
   line << " | ETA " << format_duration(l.eta_s);
+  if (l.evaluated) line << format_eval(l.eval_loss);
   return line.str();
+}
+
+std::string format_eval(double loss) {
+  return " | Eval loss " + format_significant(loss, 6) + " | ppl " + format_significant(std::exp(loss), 4);
 }
 
 std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTimes& o) {

@@ -20,12 +20,16 @@ struct StepLine {
   Throughput throughput;  // MFU and HFU are shown when known (non-zero)
   bool skipped = false;
   double eta_s = 0;
+  bool evaluated = false;  // an evaluation after this step: its loss shown with its perplexity
+  double eval_loss = 0;
 };
 
 // "Step 12/100 | Loss 2.34561 | [Aux loss 2.01377 | ]LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4520 (1130 per
-// device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% | ETA 0:01:02". Loss with 6
-// significant digits, TFLOPS with 3 (from model FLOPs; HFU counts recomputation).
+// device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% | ETA 0:01:02[ | Eval loss 2.41022 | ppl 11.14]".
+// Loss with 6 significant digits, TFLOPS with 3 (from model FLOPs; HFU counts recomputation).
 std::string format_step_line(const StepLine& line);
+// " | Eval loss 2.41022 | ppl 11.14" (perplexity exp(loss), 4 significant digits).
+std::string format_eval(double loss);
 // "4520 (1130 per device)"-style numbers: `significant` digits, no exponent below 1e6.
 std::string format_significant(double value, int significant);
 // DeepSpeed's progress line ([logging] steps_per_print), as DeepSpeed prints it, so that scripts

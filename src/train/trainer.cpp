@@ -12,6 +12,8 @@
 #include <optional>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <tuple>
 #include <sstream>
 
 #include "base/error.hpp"
@@ -30,7 +32,11 @@
 #include "model_io/load_model.hpp"
 #include "optim/offload_optimizer.hpp"
 #include "optim/sharded_adamw.hpp"
+#include "io/checkpoint_files.hpp"
+#include "data/holdout.hpp"
 #include "train/build_info.hpp"
+#include "train/eval_tracker.hpp"
+#include "train/validation.hpp"
 #include "train/checkpointing.hpp"
 #include "train/device_memory.hpp"
 #include "train/lr_schedule.hpp"
@@ -58,15 +64,18 @@ at::Device choose_device(const config::RuntimeConfig& runtime, const cluster::Ra
   return binding.gpu >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu)) : at::Device(at::kCPU);
 }
 
-// Pre-tokenized HDF5 as it is; JSONL tokenized now, the work split over the ranks.
-data::TokenArrays load_training_tokens(const config::Config& cfg, const cluster::MpiWorld& world) {
-  const auto format = data::resolve_data_format(cfg.data);
-  if (format == config::DataFormat::hdf5) return data::read_token_file(cfg.data.path);
+// Pre-tokenized HDF5 as it is; JSONL tokenized now, the work split over the ranks. `path`:
+// [data] path, or eval_path (read and tokenized the same way).
+data::TokenArrays load_tokens(const config::Config& cfg, const std::string& path, const cluster::MpiWorld& world) {
+  config::DataConfig data_config = cfg.data;
+  data_config.path = path;
+  const auto format = data::resolve_data_format(data_config);
+  if (format == config::DataFormat::hdf5) return data::read_token_file(path);
   const auto tokenizer = data::load_tokenizer(cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer);
   data::PrepareStats stats;
-  auto arrays = data::prepare_records(cfg.data, data::record_format(format), *tokenizer, world.world(), stats);
+  auto arrays = data::prepare_records(data_config, data::record_format(format), *tokenizer, world.world(), stats);
   if (world.rank() == 0) {
-    SO_LOG(info) << "data: " << stats.records << " " << config::to_text(format) << " records from " << cfg.data.path << ", "
+    SO_LOG(info) << "data: " << stats.records << " " << config::to_text(format) << " records from " << path << ", "
                  << stats.tokens << " tokens (" << tokenizer->kind() << ")"
                  << (format == config::DataFormat::alpaca ? ", " + std::to_string(stats.rows) + " samples, " +
                                               std::to_string(stats.truncated) + " truncated, " +
@@ -79,12 +88,12 @@ data::TokenArrays load_training_tokens(const config::Config& cfg, const cluster:
 // [data] attention: whether a token attends only within its own sample or document (auto:
 // instruction rows do, a plain-text stream does not). Rows that each hold one sample need no
 // mask: causal attention is the same there, and faster.
-bool attends_within_documents(config::AttentionScope scope, const data::TokenArrays& tokens, int rank) {
+bool attends_within_documents(config::AttentionScope scope, const data::TokenArrays& tokens, bool log) {
   const bool rows = tokens.row_length > 0;
   const bool documents = scope == config::AttentionScope::document || (scope == config::AttentionScope::automatic && rows);
   const bool several = rows ? static_cast<int64_t>(tokens.doc_offsets.size()) > tokens.rows()
                             : tokens.doc_offsets.size() > 1;
-  if (rank == 0) {
+  if (log) {
     SO_LOG(info) << "attention: " << (documents ? "document" : "causal") << " ([data] attention = \""
                  << config::to_text(scope) << "\"): "
                  << (!documents   ? "a token attends to every earlier token of its sequence"
@@ -303,11 +312,15 @@ void report_layer_profile(const config::Config& cfg, const cluster::MpiWorld& wo
   }
 }
 
-// This rank's micro-batches of the next step, on the host.
+// This rank's micro-batches of the next step, on the host. `trained`: the sampler's index i
+// is sample trained[i] of the dataset (a share held out for validation); empty: sample i.
 std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, const data::TokenDataset& dataset,
-                                           int64_t seq) {
+                                           int64_t seq, const std::vector<int64_t>& trained) {
   std::vector<MicroBatch> batches;
-  for (const auto& indices : sampler.next()) {
+  for (auto indices : sampler.next()) {
+    if (!trained.empty()) {
+      for (auto& index : indices) index = trained[static_cast<size_t>(index)];
+    }
     auto tokens = at::empty({static_cast<int64_t>(indices.size()), seq}, at::kLong);
     auto labels = at::empty_like(tokens);
     auto positions = dataset.documents() ? at::empty_like(tokens) : at::Tensor();
@@ -319,6 +332,54 @@ std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, co
     batches.push_back({tokens, labels, positions});
   }
   return batches;
+}
+
+// The run's validation data: [data] eval_path (its own dataset, tokenized as the training
+// data) or eval_fraction (a share of the training dataset, whose other samples alone are
+// trained on).
+struct ValidationSet {
+  std::optional<data::TokenDataset> own;  // eval_path's samples
+  std::vector<int64_t> trained;           // eval_fraction: the training samples; empty: all of them
+  std::optional<Validation> validation;
+};
+
+void prepare_validation(ValidationSet& set, const config::Config& cfg, const cluster::MpiWorld& world,
+                        const data::TokenDataset& training, int64_t vocab_size) {
+  const auto& t = cfg.training;
+  const int64_t batch = t.per_device_eval_batch_size > 0 ? t.per_device_eval_batch_size : t.train_micro_batch_size_per_gpu;
+  std::string source;
+  if (!cfg.data.eval_path.empty()) {
+    auto tokens = load_tokens(cfg, cfg.data.eval_path, world);
+    const bool documents = attends_within_documents(cfg.data.attention, tokens, /*log=*/false);
+    set.own.emplace(std::move(tokens), cfg.data.seq_len, cfg.data.eval_path, vocab_size, documents);
+    std::vector<int64_t> all(static_cast<size_t>(set.own->size()));
+    std::iota(all.begin(), all.end(), 0);
+    source = cfg.data.eval_path + " ([data] eval_path)";
+    set.validation.emplace(*set.own, std::move(all), batch, t.eval_max_batches, world, source);
+  } else if (cfg.data.eval_fraction > 0) {
+    auto split = data::hold_out(training.size(), cfg.data.eval_fraction, static_cast<uint64_t>(t.seed));
+    set.trained = std::move(split.train);
+    std::ostringstream what;
+    what << split.eval.size() << " of the " << training.size() << " samples of " << cfg.data.path
+         << " ([data] eval_fraction = " << cfg.data.eval_fraction << ")";
+    source = what.str();
+    set.validation.emplace(training, std::move(split.eval), batch, t.eval_max_batches, world, source);
+  } else {
+    return;
+  }
+  if (world.rank() == 0) {
+    const auto& v = *set.validation;
+    SO_LOG(info) << "validation: " << v.samples() << " samples of " << cfg.data.seq_len << " tokens from " << source
+                 << (cfg.data.eval_fraction > 0 ? ", held out: never trained on" : "") << "; evaluated "
+                 << (t.eval_every_steps > 0 ? "every " + std::to_string(t.eval_every_steps) + " steps and " : std::string())
+                 << "at the end" << (t.eval_on_start ? " and before the first step" : "") << ", " << batch
+                 << " samples per rank per forward (" << (v.batches() + world.size() - 1) / world.size() << " round(s) on "
+                 << world.size() << " rank(s))"
+                 << (t.early_stopping_patience > 0
+                         ? "; stops after " + std::to_string(t.early_stopping_patience) + " evaluations without improvement"
+                         : std::string())
+                 << (cfg.checkpoint.keep_best ? "; keeps the best checkpoint as checkpoints/best" : "");
+  }
 }
 
 }  // namespace
@@ -359,10 +420,14 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto optimizer = make_optimizer(cfg, engine, binding);
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
 
-  auto tokens = load_training_tokens(cfg, world);
-  const bool documents = attends_within_documents(cfg.data.attention, tokens, rank);
+  auto tokens = load_tokens(cfg, cfg.data.path, world);
+  const bool documents = attends_within_documents(cfg.data.attention, tokens, rank == 0);
   const data::TokenDataset dataset(std::move(tokens), cfg.data.seq_len, cfg.data.path, shape.vocab_size, documents);
-  data::DistributedSampler sampler(dataset.size(), static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
+  ValidationSet eval_set;
+  prepare_validation(eval_set, cfg, world, dataset, shape.vocab_size);
+  const auto& trained = eval_set.trained;
+  data::DistributedSampler sampler(trained.empty() ? dataset.size() : static_cast<int64_t>(trained.size()),
+                                   static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
                                    t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
   if (t.bench_steps > 0) total_steps = std::min(total_steps, t.timing_warmup_steps + t.bench_steps);
@@ -381,7 +446,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                  << "M active) on " << size << " rank(s), device " << device.str() << ", "
                  << (cfg.precision.bf16 ? "bf16" : "fp32") << ", " << total_steps << " steps of "
                  << t.train_batch_size << " x " << cfg.data.seq_len << " tokens; dataset " << dataset.size()
-                 << " samples (" << sampler.batches_per_epoch() << " steps per epoch)";
+                 << " samples" << (trained.empty() ? "" : ", " + std::to_string(trained.size()) + " trained on") << " ("
+                 << sampler.batches_per_epoch() << " steps per epoch)";
   }
 
   TrainingCheckpoints checkpoints(cfg, engine, *optimizer, world,
@@ -416,12 +482,42 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   // From here on every rank reports progress; a rank stuck past collective_timeout_s ends the job.
   cluster::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
   checkpoints.on_progress([&watchdog](const std::string& what) { watchdog.progress(what); });
+  // Validation: the best eval loss and the patience carry over from the checkpoint.
+  EvalTracker tracker(t.early_stopping_patience, t.early_stopping_threshold);
+  tracker.restore(position.evaluation);
+  const auto* validation = eval_set.validation ? &*eval_set.validation : nullptr;
+  auto evaluate_after = [&](int64_t step) {
+    const std::string name = step == 0 ? "evaluation before the first step: " : "evaluation after step " + std::to_string(step) + ": ";
+    const auto result = validation->evaluate(engine, [&](const std::string& what) { watchdog.progress(name + what); });
+    const auto decision = tracker.observe(step, result.loss);
+    metrics.record_eval({.step = step, .loss = result.loss, .tokens = result.tokens, .seconds = result.seconds});
+    if (rank == 0 && !std::isfinite(result.loss)) {
+      SO_LOG(warning) << "the eval loss after step " << step << " is " << result.loss
+                      << ": recorded in metrics.h5, never taken as the best (the weights have diverged if the training "
+                         "loss has too; otherwise a validation sample overflows the compute precision)";
+    }
+    summary.eval_loss = result.loss;
+    return std::pair{result, decision};
+  };
+  auto position_at = [&](int64_t step) {
+    return TrainingPosition{step, sampler.position(), skips.total(), tracker.state()};
+  };
+  if (validation && t.eval_on_start && position.step == 0) {
+    const auto [result, decision] = evaluate_after(0);
+    if (rank == 0) {
+      SO_LOG(info) << "Step 0/" << total_steps << " (before training)" << format_eval(result.loss) << " | "
+                   << result.tokens << " tokens in " << format_significant(result.seconds, 3) << " s";
+    }
+    if (cfg.checkpoint.keep_best && decision.best) {
+      checkpoints.save(position_at(0), TrainingCheckpoints::Kind::periodic, /*best=*/true);
+    }
+  }
   for (int64_t step = position.step; step < total_steps; ++step) {
     const double step_start = now_s();
     reset_device_peak(device);
     const std::string step_name = "step " + std::to_string(step + 1) + ": ";
     watchdog.progress(step_name + "data");
-    const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len);
+    const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
     const double lr = schedule.at(step);
     std::optional<zero::LayerProfiler> profiler;  // [profile] step
     if (cfg.profile.step == step + 1) {
@@ -458,7 +554,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                     .optimizer = result.optimizer,
                     .peak_gathered_elements = engine.memory().peak_live_numel,
                     .device_peak_bytes = device_peak_bytes(device).value_or(std::nan(""))});
-    if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps)) {
+    // Validation every eval_every_steps and after the last step.
+    const bool evaluate_now = validation != nullptr && ((t.eval_every_steps > 0 && (step + 1) % t.eval_every_steps == 0) ||
+                                                        step + 1 == total_steps);
+    ValidationResult eval_result;
+    EvalDecision decision;
+    if (evaluate_now) std::tie(eval_result, decision) = evaluate_after(step + 1);
+    if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps || evaluate_now)) {
       const double elapsed = now_s() - start_s;
       SO_LOG(info) << format_step_line(
           {.step = step + 1,
@@ -470,17 +572,41 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .step_s = step_s,
            .throughput = measured,
            .skipped = result.outcome.skipped,
-           .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1)});
+           .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1),
+           .evaluated = evaluate_now,
+           .eval_loss = eval_result.loss});
       if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result.engine, result.optimizer);
     }
     if (rank == 0 && cfg.logging.steps_per_print > 0 && (step + 1) % cfg.logging.steps_per_print == 0) {
       SO_LOG(info) << format_deepspeed_progress(step + 1, skips.total(), lr, cfg.optimizer.betas.at(0),
                                                 cfg.optimizer.betas.at(1));
     }
-    if (cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) {
+    // A new lowest eval loss with [checkpoint] keep_best is saved now, whether or not a
+    // periodic save falls on this step.
+    const bool save_best = cfg.checkpoint.keep_best && decision.best;
+    if ((cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) || save_best) {
       watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
       metrics.flush();
-      checkpoints.save({step + 1, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::periodic);
+      checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::periodic, save_best);
+    }
+    if (decision.stop) {
+      const auto& best = tracker.state();
+      if (rank == 0) {
+        SO_LOG(warning) << "early stopping after step " << step + 1 << " of " << total_steps << ": " << tracker.patience()
+                        << " evaluation(s) in a row without lowering the eval loss"
+                        << (t.early_stopping_threshold > 0 ? " by more than " + format_significant(t.early_stopping_threshold, 3)
+                                                           : std::string())
+                        << " ([training] early_stopping_patience); the lowest was " << format_significant(best.best_loss, 6)
+                        << " after step " << best.best_step;
+      }
+      metrics.flush();
+      if (cfg.checkpoint.save_on_exit) {
+        watchdog.progress("saving the checkpoint of the early stop");
+        checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
+      }
+      summary.steps = step + 1;
+      summary.stopped_early = true;
+      break;
     }
     watchdog.progress(step_name + "agreeing on stop signals");
     // Preemption: the ranks agree at the step boundary, save together and stop.
@@ -490,21 +616,21 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                         << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
       }
       metrics.flush();
-      checkpoints.save({step + 1, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::last);
+      checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
       summary.steps = step + 1;
       break;
     }
   }
   watchdog.progress("waiting for a background checkpoint save");
   checkpoints.wait();
-  if (summary.stop_signal == 0) {
+  if (summary.stop_signal == 0 && !summary.stopped_early) {
     summary.steps = total_steps;
     // A no-op when this step's checkpoint exists already (periodic save, or the resumed one).
     watchdog.progress("saving the final checkpoint");
-    if (cfg.checkpoint.save_on_exit) {
-      checkpoints.save({total_steps, sampler.position(), skips.total()}, TrainingCheckpoints::Kind::last);
-    }
+    if (cfg.checkpoint.save_on_exit) checkpoints.save(position_at(total_steps), TrainingCheckpoints::Kind::last);
   }
+  summary.best_eval_loss = tracker.state().best_loss;
+  summary.best_eval_step = tracker.state().best_step;
   // A periodic save that failed and was tolerated must not end the run as if all were saved.
   checkpoints.require_last_saved();
   summary.skipped_steps = skips.total();
@@ -533,6 +659,16 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                  << "; parameter elements per rank: shards " << memory.shard_numel << ", peak gathered "
                  << memory.peak_live_numel << ", saved activations " << memory.activation_bytes / 1e6
                  << " MB; skipped steps " << summary.skipped_steps;
+    if (validation && tracker.state().evaluations > 0) {
+      const auto& e = tracker.state();
+      SO_LOG(info) << "validation: " << e.evaluations << " evaluation(s), last eval loss "
+                   << format_significant(summary.eval_loss, 6) << "; lowest " << format_significant(e.best_loss, 6)
+                   << " (ppl " << format_significant(std::exp(e.best_loss), 4) << ") after step " << e.best_step
+                   << (cfg.checkpoint.keep_best && !io::read_best(checkpoints.root()).empty()
+                           ? ", checkpoint " + io::read_best(checkpoints.root()).string()
+                           : std::string())
+                   << (summary.stopped_early ? "; stopped early" : "");
+    }
   }
   return summary;
 }

@@ -3,6 +3,7 @@
 // periodic and preemption checkpoints, and a timing summary at the end.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct TrainSummary {
   Throughput throughput;    // of the mean step
   int64_t skipped_steps = 0;
   int stop_signal = 0;      // the run stopped early on this signal, after a checkpoint
+  bool stopped_early = false;  // [training] early_stopping_patience ran out
+  double eval_loss = NAN;       // of the last evaluation (NaN: none)
+  double best_eval_loss = NAN;  // the lowest so far, over the resumed run's earlier ones too
+  int64_t best_eval_step = -1;
 };
 
 // `binding_table`: the start-up binding report (stored with the metrics). `resume`: ""
