@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""PNG plots of a superoffload metrics.h5: loss, throughput and TFLOPS over steps, the phase
-breakdown of a step, and per-rank step times (stragglers stand out); for an LR range test
-also loss against lr on a log axis, with the suggested lr marked and printed.
+"""PNG plots of a superoffload metrics.h5: loss (with the eval loss of validation during
+training drawn over it), throughput and TFLOPS over steps, the phase breakdown of a step, and
+per-rank step times (stragglers stand out); for an LR range test also loss against lr on a
+log axis, with the suggested lr marked and printed.
 
     plot_metrics.py runs/tiny/metrics.h5 [--out DIR]
 
@@ -74,10 +75,21 @@ def main():
         written.append(path)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(step, train["loss"], label="loss")
+    ax.plot(step, train["loss"], label="training loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title("Training loss")
+    if "eval/step" in f and f["eval/step"].shape[0] > 0:
+        eval_step, eval_loss = f["eval/step"][...], f["eval/loss"][...]
+        ax.plot(eval_step, eval_loss, "o-", color="tab:orange", label="eval loss")
+        finite = np.isfinite(eval_loss)
+        if finite.any():
+            best = int(np.nanargmin(np.where(finite, eval_loss, np.inf)))
+            ax.plot(eval_step[best], eval_loss[best], "*", color="tab:red", markersize=12,
+                    label=f"lowest eval loss {eval_loss[best]:.4g} (step {eval_step[best]:.0f})")
+            print(f"eval loss: lowest {eval_loss[best]:.6g} after step {eval_step[best]:.0f}, "
+                  f"last {eval_loss[finite][-1]:.6g} ({eval_step.size} evaluations)")
+        ax.set_title("Training and eval loss")
     skipped = step[train["skipped"] > 0]
     if skipped.size:
         ax.plot(skipped, train["loss"][train["skipped"] > 0], "rx", label="skipped (non-finite)")

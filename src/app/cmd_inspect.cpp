@@ -65,6 +65,38 @@ void print_lr_range_test(const std::vector<double>& lr, const std::vector<double
   }
 }
 
+// The eval curve over the training curve: a row per evaluation (at most ~24, evenly spread),
+// the training loss of the same step beside it, and a bar for the eval loss.
+void print_eval_curve(const std::vector<double>& eval_step, const std::vector<double>& eval_loss,
+                      const std::vector<double>& steps, const std::vector<double>& loss) {
+  std::vector<size_t> finite;
+  for (size_t i = 0; i < eval_loss.size(); ++i) {
+    if (std::isfinite(eval_loss[i])) finite.push_back(i);
+  }
+  std::printf("  validation  %zu evaluation(s)", eval_step.size());
+  if (finite.empty()) {
+    std::printf(", none finite\n");
+    return;
+  }
+  const auto best = *std::min_element(finite.begin(), finite.end(), [&](size_t a, size_t b) { return eval_loss[a] < eval_loss[b]; });
+  std::printf("; eval loss first %.4f, last %.4f, lowest %.4f (ppl %.4g) after step %.0f\n", eval_loss[finite.front()],
+              eval_loss[finite.back()], eval_loss[best], std::exp(eval_loss[best]), eval_step[best]);
+  double lo = eval_loss[best], hi = lo;
+  for (size_t i : finite) hi = std::max(hi, eval_loss[i]);
+  std::printf("    %8s  %10s  %10s  %s\n", "step", "train loss", "eval loss", "eval loss (bar: lowest to highest)");
+  const size_t stride = (eval_step.size() + 23) / 24;
+  for (size_t i = 0; i < eval_step.size(); i += stride) {
+    // The training loss of that step (none before the first step).
+    const auto at = std::find(steps.begin(), steps.end(), eval_step[i]);
+    char train[16] = "-";
+    if (at != steps.end()) std::snprintf(train, sizeof train, "%.4f", loss[static_cast<size_t>(at - steps.begin())]);
+    const double v = eval_loss[i];
+    const int bar = std::isfinite(v) && hi > lo ? static_cast<int>(40 * (v - lo) / (hi - lo)) : 0;
+    std::printf("    %8.0f  %10s  %10.4f  %s%s\n", eval_step[i], train, v, std::string(static_cast<size_t>(bar) + 1, '#').c_str(),
+                i == best ? "  <- lowest" : "");
+  }
+}
+
 void inspect_metrics(const fs::path& path) {
   const auto file = io::Hdf5File::open_read_swmr(path.string());
   SO_CHECK(file.has("train/step"), path.string() << " is not a superoffload metrics file (no /train/step)");
@@ -114,6 +146,10 @@ void inspect_metrics(const fs::path& path) {
   // The run's configuration (an attribute the trainer writes) says whether it was a range test.
   if (file.attribute("config").find("type = \"lr_range_test\"") != std::string::npos) {
     print_lr_range_test(series("lr"), loss);
+  }
+  if (file.has("eval/step")) {
+    const auto eval_step = file.read_double("eval/step").values;
+    if (!eval_step.empty()) print_eval_curve(eval_step, file.read_double("eval/loss").values, steps, loss);
   }
   if (file.has("ranks/step_time_s")) {
     const auto per_rank = file.read_double("ranks/step_time_s");
