@@ -4,6 +4,8 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <sstream>
@@ -28,6 +30,12 @@ std::string show(const toml::node& node) {
   if (node.is_table()) return "a table";
   if (node.is_array()) {
     os << *node.as_array();
+  } else if (const auto* real = node.as_floating_point()) {
+    // As written (0.6, not toml++'s 0.59999999999999998): the shortest text that reads back.
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", real->get());
+    if (std::strtod(text, nullptr) != real->get()) std::snprintf(text, sizeof text, "%.17g", real->get());
+    os << text;
   } else {
     node.visit([&](const auto& v) { os << v; });
   }

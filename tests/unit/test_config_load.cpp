@@ -233,4 +233,73 @@ TEST_F(ConfigLoad, EffectiveTomlLoadsBackToTheSameValues) {
   EXPECT_EQ(second.config.optimizer.lr, 3e-4);
 }
 
+
+// Validation during training: HF Trainer's names import, and every setting that needs
+// validation data, or contradicts another, is refused or warned about by name.
+class ConfigEvaluation : public ConfigLoad {
+ protected:
+  so::config::LoadedConfig load_toml(const std::string& text) {
+    return load_config({write("c.toml", std::string(kRequired) + text), std::nullopt, {}}, 1);
+  }
+  static bool warned(const so::config::LoadedConfig& loaded, const std::string& needle) {
+    for (const auto& w : loaded.warnings) {
+      if (w.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(ConfigEvaluation, HfTrainerNamesImport) {
+  const auto loaded = load_toml(
+      "eval_fraction = 0.1\n[training]\neval_steps = 50\nload_best_model_at_end = true\nper_device_eval_batch_size = 8\n"
+      "early_stopping_patience = 3\nmetric_for_best_model = \"eval_loss\"\n");
+  EXPECT_EQ(loaded.config.training.eval_every_steps, 50);
+  EXPECT_TRUE(loaded.config.checkpoint.keep_best);
+  EXPECT_EQ(loaded.config.training.per_device_eval_batch_size, 8);
+  EXPECT_EQ(loaded.config.training.early_stopping_patience, 3);
+  EXPECT_NE(loaded.origins.at("training.eval_every_steps").find("HF Trainer's eval_steps"), std::string::npos);
+  EXPECT_NE(loaded.origins.at("checkpoint.keep_best").find("HF Trainer's load_best_model_at_end"), std::string::npos);
+  // "loss" is HF's shorthand for the eval loss; any other metric is not computed here.
+  EXPECT_NO_THROW(load_toml("eval_fraction = 0.1\n[training]\nmetric_for_best_model = \"loss\"\n"));
+  const auto message = error_of_toml(std::string(kRequired) + "eval_fraction = 0.1\n[training]\nmetric_for_best_model = \"eval_accuracy\"\n");
+  EXPECT_NE(message.find("metric_for_best_model"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"eval_loss\""), std::string::npos) << message;
+}
+
+TEST_F(ConfigEvaluation, AnHfNameAndOursTogetherAreRefused) {
+  const auto message =
+      error_of_toml(std::string(kRequired) + "eval_fraction = 0.1\n[training]\neval_steps = 5\neval_every_steps = 10\n");
+  EXPECT_NE(message.find("[training] eval_steps"), std::string::npos) << message;
+  EXPECT_NE(message.find("HF Trainer's name of [training] eval_every_steps, which is set too"), std::string::npos) << message;
+  const auto other = error_of_toml(std::string(kRequired) +
+                                   "eval_fraction = 0.1\n[training]\nload_best_model_at_end = true\n[checkpoint]\nkeep_best = false\n");
+  EXPECT_NE(other.find("[checkpoint] keep_best, which is set too"), std::string::npos) << other;
+}
+
+TEST_F(ConfigEvaluation, SettingsThatNeedValidationData) {
+  auto message = error_of_toml(std::string(kRequired) + "[training]\neval_every_steps = 10\n");
+  EXPECT_NE(message.find("[training] eval_every_steps = 10"), std::string::npos) << message;
+  EXPECT_NE(message.find("needs validation data — set [data] eval_path"), std::string::npos) << message;
+  message = error_of_toml(std::string(kRequired) + "[training]\nearly_stopping_patience = 2\n");
+  EXPECT_NE(message.find("[training] early_stopping_patience = 2"), std::string::npos) << message;
+  message = error_of_toml(std::string(kRequired) + "eval_fraction = 0.1\n[training]\nearly_stopping_patience = 2\n");
+  EXPECT_NE(message.find("needs evaluations during the run — set [training] eval_every_steps"), std::string::npos) << message;
+  // Switches flipped alone still start: they are only warned about.
+  const auto loaded = load_toml("[checkpoint]\nkeep_best = true\n[training]\neval_on_start = true\n");
+  EXPECT_TRUE(warned(loaded, "[checkpoint] keep_best"));
+  EXPECT_TRUE(warned(loaded, "[training] eval_on_start"));
+  EXPECT_TRUE(warned(loaded, "there is no validation data"));
+}
+
+TEST_F(ConfigEvaluation, WhereTheValidationDataComesFrom) {
+  auto message = error_of_toml(std::string(kRequired) + "eval_fraction = 0.6\n");
+  EXPECT_NE(message.find("[data] eval_fraction = 0.6"), std::string::npos) << message;
+  EXPECT_NE(message.find("[0, 0.5]"), std::string::npos) << message;
+  EXPECT_NE(error_of_toml(std::string(kRequired) + "eval_fraction = -0.1\n").find("eval_fraction"), std::string::npos);
+  message = error_of_toml(std::string(kRequired) + "eval_fraction = 0.1\neval_path = \"/e.jsonl\"\n");
+  EXPECT_NE(message.find("are both set"), std::string::npos) << message;
+  const auto same = load_toml("eval_path = \"/d.jsonl\"\n");
+  EXPECT_TRUE(warned(same, "is the training data /d.jsonl")) << same.warnings.size();
+}
+
 }  // namespace
