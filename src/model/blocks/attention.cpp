@@ -1,6 +1,8 @@
 // Causal attention with GQA and sliding windows.
 #include "model/blocks/attention.hpp"
 
+#include <torch/autograd.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -73,11 +75,68 @@ bool documents_are_long(const at::Tensor& documents) {
   return batch * seq >= kLongDocument * (batch + starts);
 }
 
+// Packed documents on a GPU in bf16/fp16: FlashAttention's variable-length kernel over the
+// documents of the whole micro-batch laid end to end ([tokens, heads, head_dim], documents
+// delimited by cumulative lengths), which computes sum(L^2) scores and no [seq, seq] mask; GQA
+// and the sliding window are the kernel's own. LibTorch registers no autograd formula for the
+// operator (PyTorch's Python varlen_attn wraps it the same way), hence this Function.
+class VarlenFlashAttention : public torch::autograd::Function<VarlenFlashAttention> {
+ public:
+  // q [tokens, heads, dim], k and v [tokens, kv_heads, dim]; `starts` int32 [documents + 1];
+  // `window_left`: keys at most this far back (-1: no window).
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& starts, int64_t longest, int64_t window_left) {
+    auto [out, logsumexp, rng_state, unused, debug] =
+        at::_flash_attention_forward(q, k, v, starts, starts, longest, longest, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                     /*return_debug_mask=*/false, std::nullopt, window_left, /*window_size_right=*/0);
+    ctx->save_for_backward({q, k, v, out, logsumexp, starts, rng_state, unused});
+    ctx->saved_data["longest"] = longest;
+    ctx->saved_data["window_left"] = window_left;
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t longest = ctx->saved_data["longest"].toInt(), window_left = ctx->saved_data["window_left"].toInt();
+    auto [dq, dk, dv] = at::_flash_attention_backward(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3],
+                                                      saved[4], saved[5], saved[5], longest, longest, 0.0, true, saved[6],
+                                                      saved[7], std::nullopt, window_left, 0);
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Whether FlashAttention's varlen kernel takes these inputs: CUDA, half precision, and a head
+// size it was built for (fp32 runs keep the mask and the memory-efficient kernel).
+bool varlen_flash_applies(const at::Tensor& q) {
+  const auto dtype = q.scalar_type();
+  const int64_t dim = q.size(3);
+  return q.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && dim % 8 == 0 && dim <= 256;
+}
+
+// [batch, heads, seq, dim] in, [batch, seq, heads × dim] out: each document of each row attends
+// only within itself through the varlen kernel.
+at::Tensor attend_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
+                         const at::Tensor& documents) {
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
+  auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({batch * seq, t.size(1), dim}).contiguous(); };
+  // A document starts at each row's first token and wherever the id changes along a row.
+  auto starts_here = at::ones({batch, seq}, documents.options().dtype(at::kBool));
+  starts_here.narrow(1, 1, seq - 1).copy_(documents.narrow(1, 1, seq - 1).ne(documents.narrow(1, 0, seq - 1)));
+  const auto first = starts_here.reshape({-1}).nonzero().reshape({-1});
+  const auto starts = at::cat({first, at::full({1}, batch * seq, first.options())}).to(at::kInt);
+  const int64_t longest = (starts.narrow(0, 1, starts.size(0) - 1) - starts.narrow(0, 0, starts.size(0) - 1)).max().item<int64_t>();
+  const int64_t window_left = sliding_window > 0 ? sliding_window - 1 : -1;  // i - j < window
+  const auto out = VarlenFlashAttention::apply(tokens(q), tokens(k), tokens(v), starts, longest, window_left);
+  return out.reshape({batch, seq, heads * dim});
+}
+
 }  // namespace
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
                             const at::Tensor& document_ids) {
   const int64_t heads = q.size(1), seq = q.size(2);
+  if (document_ids.defined() && varlen_flash_applies(q)) return attend_varlen(q, k, v, sliding_window, document_ids);
   // Each kv head serves heads / kv_heads consecutive query heads.
   const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
   at::Tensor out;
@@ -87,7 +146,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     out = attend_per_document(q, key, value, sliding_window, document_ids);
   } else {
     // One call with a block-causal boolean mask: on the CPU LibTorch's flash kernel takes it, on a
-    // GPU the memory-efficient kernel.
+    // GPU in fp32 the memory-efficient kernel.
     out = at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, document_ids, q.options()),
                                            0.0, /*is_causal=*/false);
   }
