@@ -18,15 +18,17 @@ ALLOWED = {
     "cluster": {"base"},
     "io": {"base", "cluster"},
     "model": {"base"},
+    # Chat templates: torch-free, below data (which renders them).
+    "jinja": {"base"},
     # Labels are written by the data pipeline and skipped by the model: model/labels.hpp.
-    "data": {"base", "config", "cluster", "io", "model"},
+    "data": {"base", "config", "cluster", "io", "model", "jinja"},
     "model_io": {"base", "config", "cluster", "io", "model"},
     "comm": {"base", "cluster"},
     # The engine's communicator follows [runtime] comm_backend (config/choices.hpp).
     "zero": {"base", "config", "cluster", "comm", "model"},
     "optim": {"base", "config", "cluster", "comm", "model", "zero"},
-    "train": {"base", "config", "cluster", "io", "model", "data", "model_io", "comm", "zero", "optim"},
-    "app": {"base", "config", "cluster", "io", "model", "data", "model_io", "comm", "zero", "optim", "train"},
+    "train": {"base", "config", "cluster", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim"},
+    "app": {"base", "config", "cluster", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim", "train"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:superoffload/)?([a-z_0-9]+)/[^">]+[">]', re.M)

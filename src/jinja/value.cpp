@@ -1,0 +1,152 @@
+// Value: Python's semantics for what chat templates print and compare.
+#include "jinja/value.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "jinja/python_text.hpp"
+#include "jinja/template_error.hpp"
+
+namespace superoffload::jinja {
+
+namespace {
+
+template <class Json>
+Value value_of_json(const Json& json) {
+  switch (json.type()) {
+    case nlohmann::detail::value_t::null: return nullptr;
+    case nlohmann::detail::value_t::boolean: return json.template get<bool>();
+    case nlohmann::detail::value_t::number_integer: return json.template get<int64_t>();
+    case nlohmann::detail::value_t::number_unsigned: return static_cast<int64_t>(json.template get<uint64_t>());
+    case nlohmann::detail::value_t::number_float: return json.template get<double>();
+    case nlohmann::detail::value_t::string: return json.template get<std::string>();
+    case nlohmann::detail::value_t::array: {
+      List list;
+      for (const auto& element : json) list.push_back(value_of_json(element));
+      return list;
+    }
+    case nlohmann::detail::value_t::object: {
+      Dict dict;
+      for (auto it = json.begin(); it != json.end(); ++it) dict.emplace_back(it.key(), value_of_json(it.value()));
+      return dict;
+    }
+    default: return Value::undefined("a JSON value of another type");
+  }
+}
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& json) { return value_of_json(json); }
+Value Value::from_json(const nlohmann::json& json) { return value_of_json(json); }
+
+bool Value::truthy() const {
+  if (is_undefined() || is_none()) return false;
+  if (is_bool()) return as_bool();
+  if (is_int()) return as_int() != 0;
+  if (is_float()) return as_double() != 0.0;
+  if (is_string()) return !as_string().empty();
+  if (is_list()) return !as_list().empty();
+  if (is_dict()) return !as_dict().empty();
+  return true;
+}
+
+std::string Value::type_name() const {
+  if (is_undefined()) return "Undefined";
+  if (is_none()) return "NoneType";
+  if (is_bool()) return "bool";
+  if (is_int()) return "int";
+  if (is_float()) return "float";
+  if (is_string()) return "str";
+  if (is_list()) return "list";
+  if (is_dict()) return "dict";
+  if (is_namespace()) return "Namespace";
+  return "function";
+}
+
+std::string Value::str() const {
+  if (is_undefined()) return "";
+  if (is_string()) return as_string();
+  return repr();
+}
+
+std::string Value::repr() const {
+  if (is_undefined()) return "Undefined";
+  if (is_none()) return "None";
+  if (is_bool()) return as_bool() ? "True" : "False";
+  if (is_int()) return std::to_string(as_int());
+  if (is_float()) return python_float(as_double());
+  if (is_string()) return python_string_repr(as_string());
+  if (is_list()) {
+    std::string out = is_tuple() ? "(" : "[";
+    for (size_t i = 0; i < as_list().size(); ++i) out += (i ? ", " : "") + as_list()[i].repr();
+    if (is_tuple()) return out + (as_list().size() == 1 ? ",)" : ")");
+    return out + "]";
+  }
+  if (is_dict()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [key, value] : as_dict()) {
+      out += (first ? "" : ", ") + python_string_repr(key) + ": " + value.repr();
+      first = false;
+    }
+    return out + "}";
+  }
+  if (is_namespace()) return "<Namespace>";
+  return "<function " + as_callable().name + ">";
+}
+
+Value Value::get(const std::string& key) const {
+  const Dict* dict = is_dict() ? &as_dict() : is_namespace() ? &as_namespace().attributes : nullptr;
+  if (dict) {
+    for (const auto& [k, v] : *dict) {
+      if (k == key) return v;
+    }
+  }
+  return Value::undefined(key);
+}
+
+bool equal(const Value& a, const Value& b) {
+  if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
+    if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
+    const auto ai = a.is_bool() ? int64_t{a.as_bool()} : a.as_int(), bi = b.is_bool() ? int64_t{b.as_bool()} : b.as_int();
+    return ai == bi;
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() == b.as_string();
+  if (a.is_none() && b.is_none()) return true;
+  if (a.is_undefined() && b.is_undefined()) return true;
+  if (a.is_list() && b.is_list()) {
+    const auto &x = a.as_list(), &y = b.as_list();
+    if (x.size() != y.size() || a.is_tuple() != b.is_tuple()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!equal(x[i], y[i])) return false;
+    }
+    return true;
+  }
+  if (a.is_dict() && b.is_dict()) {
+    if (a.as_dict().size() != b.as_dict().size()) return false;
+    for (const auto& [key, value] : a.as_dict()) {
+      const auto other = b.get(key);
+      if (other.is_undefined() || !equal(value, other)) return false;
+    }
+    return true;
+  }
+  if (a.is_namespace() && b.is_namespace()) return &a.as_namespace() == &b.as_namespace();
+  return false;
+}
+
+bool less(const Value& a, const Value& b) {
+  if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) return a.as_double() < b.as_double();
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+  if (a.is_list() && b.is_list()) {
+    const auto &x = a.as_list(), &y = b.as_list();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (less(x[i], y[i])) return true;
+      if (less(y[i], x[i])) return false;
+    }
+    return x.size() < y.size();
+  }
+  throw TemplateError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+}
+
+}  // namespace superoffload::jinja

@@ -1,0 +1,76 @@
+// The Jinja engine's own contract, beyond what tests/jinja/jinja_parity.py compares with jinja2:
+// errors name the template, line and column and what was expected; raise_exception is its own
+// error type; limits stop hostile templates; a template parses once and renders many times.
+#include <gtest/gtest.h>
+
+#include "jinja/template.hpp"
+
+namespace j = superoffload::jinja;
+
+namespace {
+
+std::string error_of(const std::string& source, const nlohmann::ordered_json& variables = {}) {
+  try {
+    j::Template(source, "chat_template.jinja").render(variables);
+  } catch (const j::TemplateError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error from " << source;
+  return "";
+}
+
+TEST(Jinja, ParseErrorsNameLineColumnAndWhatWasExpected) {
+  EXPECT_EQ(error_of("line one\n{% if x %}\nno end"), "chat_template.jinja:3:7: expected {% endif %} before the end of the template");
+  EXPECT_EQ(error_of("{{ a + }}"), "chat_template.jinja:1:8: expected an expression, found '}}'");
+  EXPECT_EQ(error_of("\n  {% endfor %}"), "chat_template.jinja:2:6: unknown statement 'endfor' (no open block ends here)");
+  EXPECT_EQ(error_of("{% for x in y %}{% endif %}"),
+            "chat_template.jinja:1:20: expected 'endfor', found 'endif'");
+  EXPECT_NE(error_of("{{ 'open").find("chat_template.jinja:1:4: a string is never closed"), std::string::npos);
+}
+
+TEST(Jinja, RenderErrorsNameWhereAndWhy) {
+  EXPECT_EQ(error_of("ok\n{{ messages[0].content + 1 }}", {{"messages", {{{"content", "hi"}}}}}),
+            "chat_template.jinja:2:24: unsupported operand type(s) for +: 'str' and 'int'");
+  EXPECT_EQ(error_of("{{ x | shout }}"), "chat_template.jinja:1:8: no filter named 'shout'");
+  EXPECT_EQ(error_of("{{ user.name }}"), "chat_template.jinja:1:8: 'user' is undefined");
+}
+
+TEST(Jinja, RaiseExceptionIsItsOwnError) {
+  try {
+    j::Template("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}", "t")
+        .render(nlohmann::ordered_json{{"messages", {{{"role", "system"}}}}});
+    FAIL() << "expected raise_exception to throw";
+  } catch (const j::RaisedException& e) {
+    EXPECT_NE(std::string(e.what()).find("System role not supported"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Jinja, LimitsStopHostileTemplates) {
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("macro calls nest deeper than 256"),
+            std::string::npos);
+  j::TemplateOptions few;
+  few.max_steps = 10'000;
+  try {
+    j::Template("{% for i in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}", "t", few).render(nlohmann::ordered_json::object());
+    FAIL() << "expected the step limit";
+  } catch (const j::TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 10000 steps"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(error_of("{{ range(1000000) }}").find("range too big"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper than"),
+            std::string::npos);
+}
+
+TEST(Jinja, ParsedOnceRenderedManyTimesWithGenerationSpans) {
+  const j::Template t("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+                      "{% endgeneration %}{% else %}[{{ m.content }}]{% endif %}{% endfor %}",
+                      "t");
+  for (const char* reply : {"yes", "naïve ✓"}) {
+    const auto out = t.render(nlohmann::ordered_json{{"messages", {{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", reply}}}}});
+    EXPECT_EQ(out.text, std::string("[q]") + reply);
+    ASSERT_EQ(out.generation.size(), 1u);
+    EXPECT_EQ(out.text.substr(out.generation[0].first, out.generation[0].second - out.generation[0].first), reply);
+  }
+}
+
+}  // namespace
