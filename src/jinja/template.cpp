@@ -529,6 +529,9 @@ class Renderer {
 
 Template::Template(std::string_view source, std::string name, TemplateOptions options)
     : name_(std::move(name)), options_(options) {
+  // jinja2's keep_trailing_newline = False: one newline at the very end is not output.
+  if (source.size() >= 2 && source.substr(source.size() - 2) == "\r\n") source.remove_suffix(2);
+  else if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
   const auto tokens = tokenize(source, name_, {.trim_blocks = options_.trim_blocks, .lstrip_blocks = options_.lstrip_blocks});
   body_ = std::make_shared<const Body>(parse(tokens, name_));
 }

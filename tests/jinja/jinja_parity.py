@@ -127,9 +127,33 @@ def conversations():
         yield f"{name}, no date_string", text, {k: v for k, v in dict(base, messages=plain).items() if k != "date_string"}
 
 
+def mutants(count_per_template=60):
+    """Malformed templates (the fuzz family of chat templates): each template with a span cut
+    out, a span repeated, or a tag's delimiter broken, from a fixed seed."""
+    import random
+    rng = random.Random(34)
+    base = {"bos_token": "<s>", "eos_token": "</s>", "date_string": "1 Jan 2026", "tools": None,
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+            "add_generation_prompt": True}
+    for path in sorted(templates.glob("*.jinja")):
+        text = path.read_text()
+        for k in range(count_per_template):
+            a = rng.randrange(len(text))
+            b = min(len(text), a + rng.randrange(1, 40))
+            kind = k % 3
+            if kind == 0:
+                mutant = text[:a] + text[b:]
+            elif kind == 1:
+                mutant = text[:b] + text[a:b] + text[b:]
+            else:
+                mutant = text[:a] + rng.choice(["{%", "%}", "{{", "}}", "{#", "'", "(", "]", "|", " is ", " not "]) + text[a:]
+            yield f"{path.stem} mutant {k}", mutant, base
+
+
 def main():
     cases = [(f"case {i}: {c[0]!r}", c[0], c[1], c[2] if len(c) > 2 else None) for i, c in enumerate(CASES)]
     cases += [(label, text, variables, None) for label, text, variables in conversations()]
+    cases += [(label, text, variables, None) for label, text, variables in mutants()]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([dict({"template": t, "variables": v}, **({"max_steps": s} if s else {})) for _, t, v, s in cases], f)
     ours = json.loads(subprocess.run([binary, f.name], capture_output=True, text=True, check=True).stdout)
