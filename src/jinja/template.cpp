@@ -536,6 +536,22 @@ Template::Template(std::string_view source, std::string name, TemplateOptions op
   body_ = std::make_shared<const Body>(parse(tokens, name_));
 }
 
+namespace {
+
+bool contains_generation(const Body& body) {
+  for (const auto& node : body) {
+    if (node->kind == Node::Kind::generation) return true;
+    bool inside = contains_generation(node->body) || contains_generation(node->else_body);
+    for (const auto& branch : node->branches) inside = inside || contains_generation(branch.second);
+    if (inside) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Template::has_generation_blocks() const { return contains_generation(*body_); }
+
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;

@@ -52,6 +52,8 @@ class Template {
   Rendered render(const nlohmann::ordered_json& variables) const;
   Rendered render(const Dict& variables) const;
   const std::string& name() const { return name_; }
+  // Whether the template marks text with {% generation %} (HF's assistant-token tracking).
+  bool has_generation_blocks() const;
 
  private:
   std::string name_;

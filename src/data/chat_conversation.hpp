@@ -1,0 +1,29 @@
+// A chat record as a conversation a chat template renders: OpenAI/HF records
+// {"messages": [{"role", "content", ...}]} as they are, ShareGPT records
+// {"conversations": [{"from", "value"}]} with their roles mapped (human → user, gpt →
+// assistant, system, tool/function/observation → tool, function_call → assistant). Every
+// other field of a message (tool_calls, reasoning_content, thinking, name, ...) and of the
+// record (tools, documents) passes through to the template as the record has it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace superoffload::data {
+
+struct Conversation {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;      // null when the record has none
+  nlohmann::ordered_json documents;  // null when the record has none
+};
+
+// Whether a JSON record is a chat record (has "messages" or "conversations").
+bool is_chat_record(const nlohmann::ordered_json& record);
+
+// Throws Error naming `where` ("data.jsonl:12") and what is wrong: no messages, a message that
+// is not an object, a missing or unknown role, content that is neither a string, a list of
+// parts nor null.
+Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where);
+
+}  // namespace superoffload::data
