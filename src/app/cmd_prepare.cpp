@@ -37,21 +37,22 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                      << tokenizer_path << " on " << world.size() << " rank(s)";
       }
       data::PrepareStats stats;
-      const auto arrays = data::prepare_records(
-          data, data::record_format(format), *tokenizer, world.world(), stats);
+      const auto arrays = data::prepare_records(data, data::record_format(format), *tokenizer, world.world(), stats,
+                                                data::tokenizer_directory(tokenizer_path));
+      const bool rows = format == config::DataFormat::alpaca || format == config::DataFormat::chat;
       if (world.rank() == 0) {
         data::write_token_file(options->output, arrays,
                                {{"source", data.path},
                                 {"format", std::string(config::to_text(format))},
                                 {"tokenizer", tokenizer_path},
-                                {"seq_len", format == config::DataFormat::alpaca ? std::to_string(data.seq_len) : std::string("any")},
+                                {"seq_len", rows ? std::to_string(data.seq_len) : std::string("any")},
                                 {"packing", data.packing ? "true" : "false"}});
         SO_LOG(info) << "prepare: wrote " << options->output << ": " << stats.records << " records, " << stats.tokens
                      << " tokens"
-                     << (format == config::DataFormat::alpaca ? " in " + std::to_string(stats.rows) + " rows of " +
-                                                  std::to_string(data.seq_len + 1) + " (" + std::to_string(stats.truncated) +
-                                                  " truncated, " + std::to_string(stats.dropped) + " dropped)"
-                                            : std::string())
+                     << (rows ? " in " + std::to_string(stats.rows) + " rows of " + std::to_string(data.seq_len + 1) +
+                                    " (" + std::to_string(stats.truncated) + " truncated, " + std::to_string(stats.dropped) +
+                                    " dropped, " + std::to_string(stats.skipped) + " skipped)"
+                              : std::string())
                      << " in " << base::now_s() - start_s << " s";
       }
       return 0;

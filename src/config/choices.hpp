@@ -9,7 +9,8 @@
 namespace superoffload::config {
 
 enum class InitMode { automatic, pretrained, random };
-enum class DataFormat { automatic, hdf5, jsonl, alpaca };
+enum class DataFormat { automatic, hdf5, jsonl, alpaca, chat };
+enum class TrainOn { assistant, all };
 enum class AttentionScope { automatic, document, causal };
 enum class EvalMetric { eval_loss, loss };
 enum class OptimizerType { adamw, adam };
@@ -44,7 +45,8 @@ std::span<const Choice<E>> choices();
 SUPEROFFLOAD_CHOICES(InitMode, {InitMode::automatic, "auto"}, {InitMode::pretrained, "pretrained"},
                      {InitMode::random, "random"})
 SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::hdf5, "hdf5"},
-                     {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"})
+                     {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"}, {DataFormat::chat, "chat"})
+SUPEROFFLOAD_CHOICES(TrainOn, {TrainOn::assistant, "assistant"}, {TrainOn::all, "all"})
 SUPEROFFLOAD_CHOICES(AttentionScope, {AttentionScope::automatic, "auto"}, {AttentionScope::document, "document"},
                      {AttentionScope::causal, "causal"})
 // HF Trainer's metric_for_best_model: "loss" is its shorthand for "eval_loss", the one metric computed.

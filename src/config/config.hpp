@@ -31,6 +31,8 @@ struct DataConfig {
   std::string prompt_template_no_input =
       "Below is an instruction that describes a task. Write a response that appropriately completes the "
       "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n";
+  std::string chat_template;  // chat records: a .jinja file; empty: the model's own
+  TrainOn train_on = TrainOn::assistant;  // chat records: the tokens that carry loss
   bool packing = false;
   AttentionScope attention = AttentionScope::automatic;  // auto: document for instruction rows, causal for a stream
   bool shuffle = true;

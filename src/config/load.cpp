@@ -375,7 +375,14 @@ class Loader {
             "speculation");
     ignored("lr_schedule.min_lr", cfg.lr_schedule.type == LrScheduleType::constant || range_test,
             "only the cosine and linear decays end at min_lr");
-    const bool records = cfg.data.format == DataFormat::hdf5 || cfg.data.format == DataFormat::jsonl;
+    const bool records = cfg.data.format == DataFormat::hdf5 || cfg.data.format == DataFormat::jsonl ||
+                         cfg.data.format == DataFormat::chat;
+    const bool not_chat = cfg.data.format == DataFormat::hdf5 || cfg.data.format == DataFormat::jsonl ||
+                          cfg.data.format == DataFormat::alpaca;
+    for (const char* key : {"data.chat_template", "data.train_on"}) {
+      ignored(key, not_chat, "only chat records ([data] format = \"chat\" or \"auto\") are rendered and masked with it "
+                             "(a prepared HDF5 file keeps the mask it was prepared with)");
+    }
     for (const char* key : {"data.prompt_template", "data.prompt_template_no_input"}) {
       ignored(key, records, "only Alpaca records ([data] format = \"alpaca\" or \"auto\") are rendered with it");
     }

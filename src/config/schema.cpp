@@ -81,8 +81,9 @@ std::vector<Section> build_schema() {
     b.add("path", &DataConfig::path, "Dataset file: pre-tokenized HDF5 (.h5) or JSONL.")
         .require("\"/path/to/dataset.jsonl\"");
     b.add("format", &DataConfig::format,
-          "\"auto\" (from the extension and first record), \"hdf5\", \"jsonl\" (a text field) or \"alpaca\" "
-          "(instruction/input/output records).");
+          "\"auto\" (from the extension and first record), \"hdf5\", \"jsonl\" (a text field), \"alpaca\" "
+          "(instruction/input/output records) or \"chat\" (messages or ShareGPT conversations records, rendered with "
+          "the model's chat template).");
     b.add("seq_len", &DataConfig::seq_len, "Tokens per sample.").at_least(1);
     b.add("tokenizer", &DataConfig::tokenizer, "Tokenizer directory or file; empty: the model directory's.");
     b.add("prompt_template", &DataConfig::prompt_template,
@@ -90,6 +91,12 @@ std::vector<Section> build_schema() {
           "carry no loss.");
     b.add("prompt_template_no_input", &DataConfig::prompt_template_no_input,
           "Prompt for instruction records without an input.");
+    b.add("chat_template", &DataConfig::chat_template,
+          "Chat records: a Jinja chat template file to render them with; empty: the model's own (chat_template.jinja, "
+          "or tokenizer_config.json's chat_template).");
+    b.add("train_on", &DataConfig::train_on,
+          "Chat records: \"assistant\" (only the assistant's turns carry loss, from the template's {% generation %} "
+          "blocks or else each turn's rendering; TRL's assistant_only_loss) or \"all\" (every token).");
     b.add("packing", &DataConfig::packing,
           "Pack several instruction samples into one sequence instead of padding each.");
     b.add("attention", &DataConfig::attention,

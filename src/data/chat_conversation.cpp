@@ -33,6 +33,11 @@ bool is_chat_record(const nlohmann::ordered_json& record) {
 
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where) {
   if (!record.is_object()) refuse(where, "a chat record must be a JSON object", "write one {\"messages\": [...]} per line");
+  if (!is_chat_record(record)) {
+    refuse(where, "a chat record needs \"messages\" (or ShareGPT's \"conversations\")",
+           "write {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, ...]} per line, or set [data] format to "
+           "the records' kind");
+  }
   Conversation out;
   const bool sharegpt = !record.contains("messages") && record.contains("conversations");
   const auto& turns = sharegpt ? record.at("conversations") : record.contains("messages") ? record.at("messages") : record;

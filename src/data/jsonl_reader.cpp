@@ -21,13 +21,13 @@ JsonlReader::JsonlReader(const std::string& path, int rank, int world) : path_(p
   next_start_ = in_ ? static_cast<int64_t>(in_.tellg()) : size;
 }
 
-bool JsonlReader::next(nlohmann::json& record) {
+bool JsonlReader::next(nlohmann::ordered_json& record) {
   while (next_start_ < end_ && std::getline(in_, line_)) {
     line_start_ = next_start_;
     next_start_ = in_.eof() ? end_ : static_cast<int64_t>(in_.tellg());
     if (std::all_of(line_.begin(), line_.end(), [](unsigned char c) { return std::isspace(c); })) continue;
     try {
-      record = nlohmann::json::parse(line_);
+      record = nlohmann::ordered_json::parse(line_);
     } catch (const nlohmann::json::parse_error& e) {
       SO_FAIL(where() << ": not valid JSON: " << e.what() << hint("each line of a JSONL file must be one JSON object"));
     }

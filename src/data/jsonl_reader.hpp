@@ -17,7 +17,7 @@ class JsonlReader {
 
   // Parses the next non-blank line of the share into `record` (which must be a JSON object);
   // false at the end of the share.
-  bool next(nlohmann::json& record);
+  bool next(nlohmann::ordered_json& record);  // keys in file order, as Python reads them
   // "file:line" of the line last read, for messages (counts lines on demand).
   std::string where() const;
   // Fraction of the share read so far.

@@ -9,6 +9,7 @@
 #include "cluster/check_mpi.hpp"
 #include "data/jsonl_reader.hpp"
 #include "data/tokenizer.hpp"
+#include "io/checkpoint_files.hpp"
 
 namespace superoffload::data {
 namespace {
@@ -84,18 +85,24 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
 }
 
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
-                            MPI_Comm comm, PrepareStats& stats) {
+                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir) {
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
-  const RecordTokenizer record_tokenizer(tokenizer, data, format);
+  const RecordTokenizer record_tokenizer(tokenizer, data, format, template_dir);
   JsonlReader reader(data.path, rank, world);
   GatheredRecords local;
-  nlohmann::json record;
+  nlohmann::ordered_json record;
+  int64_t skipped = 0;
+  std::string first_skip;
   const double start_s = base::now_s();
   double last_report_s = start_s;
   while (reader.next(record)) {
     const auto tokenized = record_tokenizer.tokenize(record, [&reader] { return reader.where(); });
+    if (!tokenized.skipped.empty()) {
+      if (skipped++ == 0) first_skip = tokenized.skipped;
+      continue;
+    }
     local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());
     local.loss_mask.insert(local.loss_mask.end(), tokenized.loss_mask.begin(), tokenized.loss_mask.end());
     local.lengths.push_back(static_cast<int64_t>(tokenized.tokens.size()));
@@ -107,16 +114,26 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
       last_report_s = now;
     }
   }
+  // Skipped chat records: counted over all ranks, the first (lowest rank's) reason said once.
+  SO_CHECK_MPI(MPI_Allreduce(&skipped, &stats.skipped, 1, MPI_INT64_T, MPI_SUM, comm));
+  stats.first_skip = io::lowest_rank_failure(first_skip, comm);
+  if (rank == 0 && stats.skipped > 0) {
+    SO_LOG(warning) << data.path << ": " << stats.skipped << " chat record(s) skipped, not trained on; the first: "
+                    << stats.first_skip;
+  }
   GatheredRecords all;
   all.lengths = all_gather(local.lengths, MPI_INT64_T, comm, "records");
   all.tokens = all_gather(local.tokens, MPI_UINT32_T, comm, "tokens");
-  if (format == RecordFormat::alpaca) all.loss_mask = all_gather(local.loss_mask, MPI_UINT8_T, comm, "loss masks");
+  if (format != RecordFormat::text) all.loss_mask = all_gather(local.loss_mask, MPI_UINT8_T, comm, "loss masks");
   stats.records = static_cast<int64_t>(all.lengths.size());
   stats.tokens = static_cast<int64_t>(all.tokens.size());
-  SO_CHECK(stats.records > 0, data.path << " holds no records");
+  SO_CHECK(stats.records > 0, data.path << " holds no records"
+                                       << (stats.skipped > 0 ? " that can be trained on (all " + std::to_string(stats.skipped) +
+                                                                   " skipped; the first: " + stats.first_skip + ")"
+                                                             : std::string()));
   if (format == RecordFormat::text) return assemble_stream(std::move(all));
   auto rows = assemble_rows(all, data.seq_len + 1, data.packing, static_cast<uint32_t>(tokenizer.pad_id()), stats);
-  SO_CHECK(stats.rows > 0, data.path << ": all " << stats.records << " instruction samples lose their whole response when "
+  SO_CHECK(stats.rows > 0, data.path << ": all " << stats.records << " instruction or chat samples lose their whole response when "
                                      << "cut to seq_len + 1 = " << data.seq_len + 1 << " tokens"
                                      << hint("raise [data] seq_len or shorten [data] prompt_template"));
   return rows;

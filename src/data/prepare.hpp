@@ -22,6 +22,8 @@ struct PrepareStats {
   int64_t tokens = 0;     // before padding
   int64_t truncated = 0;  // instruction samples cut to the row length
   int64_t dropped = 0;    // instruction samples left without any loss token by the cut
+  int64_t skipped = 0;    // chat records the template refuses or whose assistant tokens cannot be told apart
+  std::string first_skip; // why the first one was skipped
   int64_t rows = 0;
 };
 
@@ -40,7 +42,8 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
                           PrepareStats& stats);
 
 // The whole pipeline on every rank of `comm` (collective). Logs progress on rank 0.
+// `template_dir`: where chat records find the model's chat template (the tokenizer's directory).
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
-                            MPI_Comm comm, PrepareStats& stats);
+                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir = {});
 
 }  // namespace superoffload::data

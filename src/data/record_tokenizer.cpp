@@ -1,11 +1,14 @@
 // RecordTokenizer.
 #include "data/record_tokenizer.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "data/chat_conversation.hpp"
+#include "data/chat_template.hpp"
 #include "data/tokenizer.hpp"
 
 namespace superoffload::data {
@@ -59,16 +62,29 @@ config::DataFormat resolve_data_format(const config::DataConfig& data) {
                         << hint("[data] path must be an HDF5 file (.h5) or JSON Lines, one object per line"));
     }
     if (record.is_object() && record.contains("instruction")) return DataFormat::alpaca;
+    if (record.is_object() && (record.contains("messages") || record.contains("conversations"))) return DataFormat::chat;
     if (record.is_object() && record.contains("text")) return DataFormat::jsonl;
-    SO_FAIL(data.path << ":" << number << ": the first record has neither \"text\" nor \"instruction\""
-                      << hint("use {\"text\": ...} documents or {\"instruction\", \"input\", \"output\"} records, or "
-                              "set [data] format"));
+    SO_FAIL(data.path << ":" << number << ": the first record has none of \"text\", \"instruction\", \"messages\" or "
+                      << "\"conversations\""
+                      << hint("use {\"text\": ...} documents, {\"instruction\", \"input\", \"output\"} records or "
+                              "{\"messages\": [...]} chat records, or set [data] format"));
   }
   SO_FAIL(data.path << " holds no records");
 }
 
-RecordTokenizer::RecordTokenizer(const Tokenizer& tokenizer, const config::DataConfig& data, RecordFormat format)
+RecordTokenizer::RecordTokenizer(const Tokenizer& tokenizer, const config::DataConfig& data, RecordFormat format,
+                                 const std::string& template_dir)
     : tokenizer_(tokenizer), data_(data), format_(format) {
+  if (format_ == RecordFormat::chat) {
+    // The template's special-token variables, as HF passes them: the tokens' text.
+    nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+    const auto& special = tokenizer_.special();
+    if (special.bos) variables["bos_token"] = tokenizer_.decode({*special.bos});
+    if (special.eos) variables["eos_token"] = tokenizer_.decode({*special.eos});
+    if (special.pad) variables["pad_token"] = tokenizer_.decode({*special.pad});
+    chat_ = std::make_unique<ChatRenderer>(find_chat_template(template_dir, data.chat_template), std::move(variables));
+    return;
+  }
   if (format_ == RecordFormat::alpaca) {
     SO_CHECK(data.prompt_template.find("{instruction}") != std::string::npos &&
                  data.prompt_template.find("{input}") != std::string::npos,
@@ -79,7 +95,9 @@ RecordTokenizer::RecordTokenizer(const Tokenizer& tokenizer, const config::DataC
   tokenizer_.eos_id();  // both formats end with EOS; fail now, not at the first record
 }
 
-std::string RecordTokenizer::field(const nlohmann::json& record, const char* name, bool required,
+RecordTokenizer::~RecordTokenizer() = default;
+
+std::string RecordTokenizer::field(const nlohmann::ordered_json& record, const char* name, bool required,
                                    const Where& where) const {
   if (!record.contains(name) || record[name].is_null()) {
     SO_CHECK(!required, where() << ": the record has no \"" << name << "\" field");
@@ -89,7 +107,8 @@ std::string RecordTokenizer::field(const nlohmann::json& record, const char* nam
   return record[name].get<std::string>();
 }
 
-TokenizedRecord RecordTokenizer::tokenize(const nlohmann::json& record, const Where& where) const {
+TokenizedRecord RecordTokenizer::tokenize(const nlohmann::ordered_json& record, const Where& where) const {
+  if (format_ == RecordFormat::chat) return tokenize_chat(record, where);
   TokenizedRecord out;
   const auto& special = tokenizer_.special();
   const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
@@ -107,6 +126,46 @@ TokenizedRecord RecordTokenizer::tokenize(const nlohmann::json& record, const Wh
   append(out.tokens, out.loss_mask, tokenizer_.encode_text(prompt), 0);
   append(out.tokens, out.loss_mask, tokenizer_.encode_text(output), 1);
   append(out.tokens, out.loss_mask, {static_cast<int32_t>(eos)}, 1);
+  return out;
+}
+
+// The rendered conversation, tokenized as HF tokenizes it (the whole text, special tokens
+// written in it recognised, none added), with the assistant's bytes mapped to tokens. The
+// text is tokenized in pieces cut at the assistant spans' edges, which must give exactly the
+// whole text's tokens: an edge inside a token has no exact token mask, and the record is
+// skipped.
+TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& record, const Where& where) const {
+  TokenizedRecord out;
+  RenderedConversation rendered;
+  try {
+    rendered = chat_->render(parse_conversation(record, where()));
+  } catch (const jinja::RaisedException& e) {
+    out.skipped = where() + ": the chat template refuses it: " + e.what();
+    return out;
+  } catch (const NotAPrefix& e) {
+    out.skipped = where() + ": " + e.what();
+    return out;
+  }
+  if (data_.train_on == config::TrainOn::all) {
+    append(out.tokens, out.loss_mask, tokenizer_.encode_text(rendered.text), 1);
+    return out;
+  }
+  size_t at = 0;
+  auto piece = [&](size_t end, uint8_t loss) {
+    if (end > at) append(out.tokens, out.loss_mask, tokenizer_.encode_text(std::string_view(rendered.text).substr(at, end - at)), loss);
+    at = end;
+  };
+  for (const auto& [begin, end] : rendered.assistant) {
+    piece(begin, 0);
+    piece(end, 1);
+  }
+  piece(rendered.text.size(), 0);
+  const auto whole = tokenizer_.encode_text(rendered.text);
+  if (!std::equal(whole.begin(), whole.end(), out.tokens.begin(), out.tokens.end(),
+                  [](int32_t a, uint32_t b) { return static_cast<uint32_t>(a) == b; })) {
+    return {.skipped = where() + ": an assistant turn begins or ends inside a token of the rendered text, so its tokens "
+                                 "cannot be told apart exactly"};
+  }
   return out;
 }
 

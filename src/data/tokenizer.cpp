@@ -151,4 +151,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   return tokenizer;
 }
 
+std::string tokenizer_directory(const std::string& path) {
+  const std::filesystem::path p(path);
+  return std::filesystem::is_directory(p) ? path : p.parent_path().string();
+}
+
 }  // namespace superoffload::data

@@ -54,5 +54,8 @@ class Tokenizer {
 // Special tokens come from tokenizer.json's post-processor, tokenizer_config.json
 // (bos/eos/pad_token, add_bos_token/add_eos_token) and config.json (bos/eos/pad_token_id).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// The directory of a tokenizer path (the path itself, or a tokenizer file's folder): where its
+// tokenizer_config.json and chat template are.
+std::string tokenizer_directory(const std::string& path);
 
 }  // namespace superoffload::data

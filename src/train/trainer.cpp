@@ -73,11 +73,14 @@ data::TokenArrays load_tokens(const config::Config& cfg, const std::string& path
   if (format == config::DataFormat::hdf5) return data::read_token_file(path);
   const auto tokenizer = data::load_tokenizer(cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer);
   data::PrepareStats stats;
-  auto arrays = data::prepare_records(data_config, data::record_format(format), *tokenizer, world.world(), stats);
+  const auto tokenizer_path = cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer;
+  auto arrays = data::prepare_records(data_config, data::record_format(format), *tokenizer, world.world(), stats,
+                                      data::tokenizer_directory(tokenizer_path));
   if (world.rank() == 0) {
     SO_LOG(info) << "data: " << stats.records << " " << config::to_text(format) << " records from " << path << ", "
                  << stats.tokens << " tokens (" << tokenizer->kind() << ")"
-                 << (format == config::DataFormat::alpaca ? ", " + std::to_string(stats.rows) + " samples, " +
+                 << (format == config::DataFormat::alpaca || format == config::DataFormat::chat
+                         ? ", " + std::to_string(stats.rows) + " samples, " +
                                               std::to_string(stats.truncated) + " truncated, " +
                                               std::to_string(stats.dropped) + " dropped (no response left)"
                                         : std::string());

@@ -38,6 +38,7 @@ cannot_start = {  # what the message must say
     'model.init="pretrained"': "safetensors",
     'data.format="hdf5"': "corpus.jsonl",
     'data.format="alpaca"': "instruction",
+    'data.format="chat"': "messages",
     'offload.device="nvme"': "nvme_path",
 }
 if not has_gpu:

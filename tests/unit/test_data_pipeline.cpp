@@ -174,7 +174,7 @@ TEST_F(DataPipeline, JsonlSharesCoverEveryLineOnceInOrder) {
     std::vector<std::string> seen;
     for (int rank = 0; rank < world; ++rank) {
       d::JsonlReader reader(path, rank, world);
-      nlohmann::json record;
+      nlohmann::ordered_json record;
       while (reader.next(record)) seen.push_back(record["text"]);
     }
     ASSERT_EQ(seen.size(), 37u) << world << " ranks";
@@ -185,7 +185,7 @@ TEST_F(DataPipeline, JsonlSharesCoverEveryLineOnceInOrder) {
 TEST_F(DataPipeline, BadRecordsNameFileAndLine) {
   const auto path = write("bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": oops}\n");
   d::JsonlReader reader(path, 0, 1);
-  nlohmann::json record;
+  nlohmann::ordered_json record;
   ASSERT_TRUE(reader.next(record));
   try {
     reader.next(record);
