@@ -25,7 +25,7 @@ namespace superoffload::jinja {
 struct TemplateOptions {
   bool trim_blocks = true;    // HF's setting
   bool lstrip_blocks = true;  // HF's setting
-  int64_t max_steps = 20'000'000;       // statements, loop iterations and calls per render
+  int64_t max_steps = 2'000'000;        // statements, loop iterations and calls per render (a long real conversation takes ~100k)
   int max_call_depth = 256;             // nested macro calls
   size_t max_output_bytes = size_t{256} << 20;
 };

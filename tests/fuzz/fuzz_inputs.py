@@ -5,7 +5,8 @@ it was made invalid on purpose.
 From one valid set of inputs — the run's TOML, a DeepSpeed JSON, the model's config.json,
 model.safetensors and tokenizer.json, a JSONL corpus and an HDF5 token file — the generator
 derives a few hundred mutated cases with a fixed seed: type swaps, extreme, negative and
-non-finite numbers, missing and duplicated fields, truncations and bit flips. Each case is one
+non-finite numbers, missing and duplicated fields, truncations and bit flips; chat records and
+chat templates too (malformed, refusing, looping or recursing templates). Each case is one
 `superoffload train` of at most one step under a timeout, and must
 
   - end by exit code, never by a signal (SIGSEGV, SIGFPE, SIGABRT) or a C++ `terminate`;
@@ -397,6 +398,49 @@ def jsonl_cases(rng, base):
     return out
 
 
+def chat_cases(rng, base):
+    """Chat records and chat templates (#34): records with roles, content or structure broken,
+    templates that are malformed, refuse everything, loop or recurse without end. The template
+    is the case's own file ([data] chat_template); the valid records train."""
+    template = (b"{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}"
+                b"{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}</s>{% endif %}{% endfor %}")
+    def record(turns):
+        return json.dumps({"messages": turns}).encode() + b"\n"
+    good = b"".join(record([{"role": "user", "content": f"q{k}"}, {"role": "assistant", "content": f"a {k}"}])
+                    for k in range(40))  # short enough for the base run's seq_len of 32
+    def case(name, expect, corpus=good, chat_template=template):
+        return Case("chat", name, expect, {"corpus.jsonl": corpus, "t.jinja": chat_template},
+                    ["--set", "data.chat_template={case}/t.jinja", "--set", "data.format=chat"])
+    def with_line(line):
+        lines = good.splitlines(keepends=True)
+        k = rng.randrange(len(lines))
+        return b"".join(lines[:k] + [line] + lines[k:])
+    out = [case("valid records and template", ANY)]
+    for name, line in (("no messages", b'{"text": "x"}\n'), ("empty messages", b'{"messages": []}\n'),
+                       ("a role missing", b'{"messages": [{"content": "x"}]}\n'),
+                       ("an unknown role", b'{"messages": [{"role": "wizard", "content": "x"}]}\n'),
+                       ("numeric content", b'{"messages": [{"role": "user", "content": 5}]}\n'),
+                       ("a turn that is a string", b'{"messages": ["hi"]}\n'),
+                       ("unknown ShareGPT speaker", b'{"conversations": [{"from": "robot", "value": "x"}]}\n')):
+        out.append(case(f"a record with {name}", INVALID, with_line(line)))
+    out.append(case("roles out of order, refused by the template", INVALID,
+                    chat_template=b"{% if messages[0].role != 'system' %}{{ raise_exception('needs a system turn') }}"
+                                  b"{% endif %}" + template))
+    for name, bad in (("unclosed if", b"{% if x %}" + template), ("unknown filter", b"{{ x | shout }}" + template),
+                      ("a tag never closed", template + b"{{ messages"), ("endfor without for", b"{% endfor %}"),
+                      ("recursion without end", b"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"),
+                      ("a loop without end", b"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                                             b"{% endfor %}"),
+                      ("undefined attribute", b"{{ nothing.at_all }}" + template),
+                      ("tojson of a function", b"{{ range | tojson }}" + template),
+                      ("deep nesting", b"{{ " + b"(" * 5000 + b"1" + b")" * 5000 + b" }}")):
+        out.append(case(f"template: {name}", INVALID, chat_template=bad))
+    for k in range(2):
+        out.append(case(f"template bit flips #{k}", ANY, chat_template=flip_bits(rng, template, rng.randrange(1, 6))))
+        out.append(case(f"records bit flips #{k}", ANY, corpus=flip_bits(rng, good, rng.randrange(1, 10))))
+    return out
+
+
 def token_file_cases(rng, base, work):
     """HDF5 token files, written with h5py, given as [data] path."""
     scratch = work / "h5_scratch"
@@ -610,7 +654,7 @@ def main():
     parser.add_argument("--source", required=True, type=Path)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--only", help="run one family (config.json, safetensors, tokenizer.json, jsonl, "
+    parser.add_argument("--only", help="run one family (config.json, safetensors, tokenizer.json, jsonl, chat, "
                                        "hdf5 tokens, toml, deepspeed json)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--verbose", action="store_true", help="print every case and its first error line")
@@ -620,8 +664,8 @@ def main():
         base = make_base(work, str(args.bin), str(args.corpus_tool), args.source.resolve())
         rng = random.Random(args.seed)
         cases = (config_json_cases(rng, base) + safetensors_cases(rng, base) + tokenizer_cases(rng, base) +
-                 jsonl_cases(rng, base) + token_file_cases(rng, base, work) + toml_cases(rng, base) +
-                 deepspeed_cases(rng, base))
+                 jsonl_cases(rng, base) + chat_cases(rng, base) + token_file_cases(rng, base, work) +
+                 toml_cases(rng, base) + deepspeed_cases(rng, base))
         if args.only:
             cases = [c for c in cases if c.family == args.only]
         print(f"{len(cases)} cases, seed {args.seed}, {args.jobs} at a time, timeout {TIMEOUT_S} s each", flush=True)
