@@ -1,7 +1,9 @@
 // `superoffload prepare CONFIG --output data.h5`: tokenizes the JSONL of [data] path with the
 // model's tokenizer, split over the MPI ranks, and writes the pre-tokenized HDF5 that
 // `train` reads (a document stream for text, padded or packed rows with a loss mask for
-// instruction records).
+// instruction and chat records). `--show N` prints the first N samples as text with the
+// tokens that carry loss between [[ and ]], so a user sees what is trained on.
+#include <cstdio>
 #include <filesystem>
 
 #include "app/commands.hpp"
@@ -13,15 +15,48 @@
 
 namespace superoffload::app {
 
+namespace {
+
+// Each sample (a document of a stream, or a row up to its padding) as text, loss runs marked.
+void show_samples(const data::TokenArrays& arrays, const data::Tokenizer& tokenizer, int64_t count) {
+  const auto samples = static_cast<int64_t>(arrays.doc_offsets.size());
+  for (int64_t s = 0; s < std::min(count, samples); ++s) {
+    const auto begin = static_cast<size_t>(arrays.doc_offsets[static_cast<size_t>(s)]);
+    size_t end = s + 1 < samples ? static_cast<size_t>(arrays.doc_offsets[static_cast<size_t>(s + 1)]) : arrays.tokens.size();
+    if (arrays.row_length > 0) {  // not past the row, and not its padding (pad tokens without loss)
+      end = std::min(end, (begin / static_cast<size_t>(arrays.row_length) + 1) * static_cast<size_t>(arrays.row_length));
+      const auto pad = static_cast<uint32_t>(tokenizer.pad_id());
+      while (end > begin && arrays.tokens[end - 1] == pad && arrays.loss_mask[end - 1] == 0) --end;
+    }
+    std::string text;
+    for (size_t i = begin; i < end;) {
+      const bool loss = arrays.loss_mask.empty() || arrays.loss_mask[i] != 0;
+      size_t j = i;
+      std::vector<int32_t> run;
+      while (j < end && (arrays.loss_mask.empty() || (arrays.loss_mask[j] != 0) == loss)) run.push_back(static_cast<int32_t>(arrays.tokens[j++]));
+      text += loss ? "[[" + tokenizer.decode(run) + "]]" : tokenizer.decode(run);
+      i = j;
+    }
+    std::printf("---- sample %lld (%zu tokens)\n%s\n", static_cast<long long>(s), end - begin, text.c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   auto* command = app.add_subcommand("prepare", "Tokenize a JSONL dataset into the HDF5 format train reads");
   struct Options {
     ConfigOptions config;
     std::string output;
+    int64_t show = 0;
   };
   auto options = std::make_shared<Options>();
   add_config_options(*command, options->config, false);
   command->add_option("--output,-o", options->output, "HDF5 file to write (e.g. data/train.h5)")->required();
+  command->add_option("--show", options->show,
+                      "Print the first N samples as text, the tokens that carry loss between [[ and ]]")
+      ->check(CLI::NonNegativeNumber);
   command->callback([&run, &globals, options] {
     run = [&globals, options](const cluster::MpiWorld& world) {
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
@@ -54,6 +89,7 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                                     " dropped, " + std::to_string(stats.skipped) + " skipped)"
                               : std::string())
                      << " in " << base::now_s() - start_s << " s";
+        show_samples(arrays, *tokenizer, options->show);
       }
       return 0;
     };

@@ -42,6 +42,13 @@ for case in own llama3 chatml gemma prefix; do
   out=$("$MPIEXEC" -np 2 "$SO_BIN" prepare "${common[@]}" "${template[@]}" --output "$tmp/$case.h5" 2>&1) \
     || fail "prepare with the $case template: $out"
   expect_contains "$out" "(chat)" "the chat format detected"
+  if [[ $case == own ]]; then  # what is trained on, as a user sees it
+    shown=$("$MPIEXEC" -np 1 "$SO_BIN" prepare "${common[@]}" --output "$tmp/shown.h5" --show 2 2>&1) || fail "--show: $shown"
+    expect_contains "$shown" "---- sample 1" "prepare --show 2"
+    grep -qE '^<s>(system|user):' <<< "$shown" || fail "--show: no prompt text before the trained span: $shown"
+    grep -qE '<s>assistant:.\[\[[^]]+</s>\]\]' <<< "$(tr '\n' '.' <<< "$shown")" \
+      || fail "--show: the assistant turn and its </s> are not marked as trained: $shown"
+  fi
   [[ $case == gemma ]] && expect_contains "$out" "chat record(s) skipped, not trained on; the first: $tmp/chat.jsonl:1: the chat template refuses it:" \
     "gemma refuses system turns, counted"
 done
