@@ -1,6 +1,7 @@
 // parse_conversation.
 #include "data/chat_conversation.hpp"
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -24,6 +25,9 @@ const std::map<std::string, std::string>& sharegpt_roles() {
 [[noreturn]] void refuse(const std::string& where, const std::string& what, const std::string& fix) {
   throw Error(where + ": " + what, fix, Error::UserInput{});
 }
+[[noreturn]] void refuse(const std::function<std::string()>& where, const std::string& what, const std::string& fix) {
+  refuse(where(), what, fix);
+}
 
 }  // namespace
 
@@ -32,6 +36,10 @@ bool is_chat_record(const nlohmann::ordered_json& record) {
 }
 
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where) {
+  return parse_conversation(record, [&where] { return where; });
+}
+
+Conversation parse_conversation(const nlohmann::ordered_json& record, const std::function<std::string()>& where) {
   if (!record.is_object()) refuse(where, "a chat record must be a JSON object", "write one {\"messages\": [...]} per line");
   if (!is_chat_record(record)) {
     refuse(where, "a chat record needs \"messages\" (or ShareGPT's \"conversations\")",
@@ -48,7 +56,7 @@ Conversation parse_conversation(const nlohmann::ordered_json& record, const std:
   const std::set<std::string> roles{"system", "developer", "user", "assistant", "tool", "ipython", "function"};
   for (size_t i = 0; i < turns.size(); ++i) {
     const auto& turn = turns[i];
-    const std::string at = where + ": turn " + std::to_string(i);
+    const std::function<std::string()> at = [&where, i] { return where() + ": turn " + std::to_string(i); };
     if (!turn.is_object()) refuse(at, "a turn must be a JSON object, not " + std::string(turn.type_name()), "");
     nlohmann::ordered_json message = nlohmann::ordered_json::object();
     if (sharegpt) {

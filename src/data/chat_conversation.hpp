@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 
 namespace superoffload::data {
@@ -25,5 +26,7 @@ bool is_chat_record(const nlohmann::ordered_json& record);
 // is not an object, a missing or unknown role, content that is neither a string, a list of
 // parts nor null.
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where);
+// The same, `where` called only for an error (finding a JSONL line number reads the file up to it).
+Conversation parse_conversation(const nlohmann::ordered_json& record, const std::function<std::string()>& where);
 
 }  // namespace superoffload::data

@@ -100,7 +100,7 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   while (reader.next(record)) {
     const auto tokenized = record_tokenizer.tokenize(record, [&reader] { return reader.where(); });
     if (!tokenized.skipped.empty()) {
-      if (skipped++ == 0) first_skip = tokenized.skipped;
+      if (skipped++ == 0) first_skip = reader.where() + ": " + tokenized.skipped;
       continue;
     }
     local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());

@@ -138,12 +138,12 @@ TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& rec
   TokenizedRecord out;
   RenderedConversation rendered;
   try {
-    rendered = chat_->render(parse_conversation(record, where()));
+    rendered = chat_->render(parse_conversation(record, where));
   } catch (const jinja::RaisedException& e) {
-    out.skipped = where() + ": the chat template refuses it: " + e.what();
+    out.skipped = std::string("the chat template refuses it: ") + e.what();
     return out;
   } catch (const NotAPrefix& e) {
-    out.skipped = where() + ": " + e.what();
+    out.skipped = e.what();
     return out;
   }
   if (data_.train_on == config::TrainOn::all) {
@@ -163,7 +163,7 @@ TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& rec
   const auto whole = tokenizer_.encode_text(rendered.text);
   if (!std::equal(whole.begin(), whole.end(), out.tokens.begin(), out.tokens.end(),
                   [](int32_t a, uint32_t b) { return static_cast<uint32_t>(a) == b; })) {
-    return {.skipped = where() + ": an assistant turn begins or ends inside a token of the rendered text, so its tokens "
+    return {.skipped = "an assistant turn begins or ends inside a token of the rendered text, so its tokens "
                                  "cannot be told apart exactly"};
   }
   return out;

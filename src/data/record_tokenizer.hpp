@@ -36,7 +36,8 @@ struct TokenizedRecord {
   std::vector<uint32_t> tokens;
   std::vector<uint8_t> loss_mask;  // 1 where the token is a target that counts; same length
   // A chat record the template refuses (raise_exception), or whose assistant turns cannot be
-  // told apart: skipped and counted, not trained on. Empty when tokenized.
+  // told apart: skipped and counted, not trained on; why (without the record's line, which
+  // costs a read of the file to find). Empty when tokenized.
   std::string skipped;
 };
 

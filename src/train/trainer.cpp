@@ -71,9 +71,9 @@ data::TokenArrays load_tokens(const config::Config& cfg, const std::string& path
   data_config.path = path;
   const auto format = data::resolve_data_format(data_config);
   if (format == config::DataFormat::hdf5) return data::read_token_file(path);
-  const auto tokenizer = data::load_tokenizer(cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer);
-  data::PrepareStats stats;
   const auto tokenizer_path = cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer;
+  const auto tokenizer = data::load_tokenizer(tokenizer_path);
+  data::PrepareStats stats;
   auto arrays = data::prepare_records(data_config, data::record_format(format), *tokenizer, world.world(), stats,
                                       data::tokenizer_directory(tokenizer_path));
   if (world.rank() == 0) {
@@ -664,12 +664,11 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                  << " MB; skipped steps " << summary.skipped_steps;
     if (validation && tracker.state().evaluations > 0) {
       const auto& e = tracker.state();
+      const auto best = cfg.checkpoint.keep_best ? io::read_best(checkpoints.root()) : std::filesystem::path();
       SO_LOG(info) << "validation: " << e.evaluations << " evaluation(s), last eval loss "
                    << format_significant(summary.eval_loss, 6) << "; lowest " << format_significant(e.best_loss, 6)
                    << " (ppl " << format_significant(std::exp(e.best_loss), 4) << ") after step " << e.best_step
-                   << (cfg.checkpoint.keep_best && !io::read_best(checkpoints.root()).empty()
-                           ? ", checkpoint " + io::read_best(checkpoints.root()).string()
-                           : std::string())
+                   << (best.empty() ? std::string() : ", checkpoint " + best.string())
                    << (summary.stopped_early ? "; stopped early" : "");
     }
   }
