@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Chat records (#34) through `prepare` and `train`, against HF transformers: for the demo
-# model's own chat template and three template shapes of tests/jinja/templates, every record
+# model's own chat template and the seven reference template shapes of tests/jinja/templates, every record
 # the template accepts becomes exactly the token ids and assistant mask of
 # tokenizer.apply_chat_template(..., return_assistant_tokens_mask=True); for a template
 # without {% generation %} blocks, the prefix rule equals the same rule computed in Python
@@ -22,6 +22,8 @@ with open(sys.argv[1], "w") as f:
             turns.append({"role": "system", "content": "Answer briefly. " + say()})
         for _ in range(rng.randrange(1, 4)):
             turns += [{"role": "user", "content": " " + say() + "?"}, {"role": "assistant", "content": say() + ". "}]
+        if i % 5 == 2:  # reasoning fields as Seed-OSS (reasoning_content) and GPT-OSS (thinking) records carry them
+            turns[-1]["reasoning_content"] = turns[-1]["thinking"] = say()
         if i % 3 == 1:  # ShareGPT
             speaker = {"system": "system", "user": "human", "assistant": "gpt"}
             f.write(json.dumps({"conversations": [{"from": speaker[t["role"]], "value": t["content"]} for t in turns]},
@@ -33,7 +35,7 @@ PY
 sed -e 's/{%- generation %}//' -e 's/{%- endgeneration %}//' configs/models/tiny-llama/chat_template.jinja > "$tmp/prefix.jinja"
 
 common=(configs/tiny.toml --set data.path="$tmp/chat.jsonl" --set data.seq_len=2047)
-for case in own llama3 chatml gemma prefix; do
+for case in own llama3 chatml phi4 harmony seed_oss mistral gemma prefix; do
   case $case in
     own) template=() ;;
     prefix) template=(--set data.chat_template="$tmp/prefix.jinja") ;;
@@ -72,7 +74,7 @@ def prefix_rule(messages, template):
     mask = [int(any(a < e and b > s for s, e in spans)) for a, b in encoded["offset_mapping"]]
     return encoded["input_ids"], mask
 
-for case in ("own", "llama3", "chatml", "gemma", "prefix"):
+for case in ("own", "llama3", "chatml", "phi4", "harmony", "seed_oss", "mistral", "gemma", "prefix"):
     if case == "own":
         template = None  # the model directory's chat_template.jinja
     elif case == "prefix":
@@ -108,4 +110,4 @@ for train_on in assistant all; do
   ((rc == 0)) || fail "train on chat records (train_on = $train_on): $log"
   expect_contains "$log" "chat records from $tmp/chat.jsonl" "the data line"
 done
-echo "chat: prepare equals HF apply_chat_template (ids and assistant masks) for 4 templates and the prefix rule; train runs"
+echo "chat: prepare equals HF apply_chat_template (ids and assistant masks) for the 7 reference shapes, the demo model's own template and the prefix rule; train runs"
