@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "jinja/python_text.hpp"
 #include "jinja/template_error.hpp"
@@ -367,10 +368,15 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
 }
 
 bool apply_test(const std::string& name, const Value& v, const std::vector<Value>& args) {
-  auto other = [&]() -> const Value& {
-    if (args.empty()) throw TemplateError("the test '" + name + "' needs an argument");
-    return args[0];
-  };
+  // jinja2's tests are Python functions: a wrong number of arguments is its TypeError.
+  static const std::set<std::string> kBinary = {"divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
+                                                "gt", "greaterthan", ">", "le", "<=", "ge", ">=", "sameas", "in"};
+  const size_t wanted = kBinary.count(name) ? 1 : 0;
+  if (args.size() != wanted) {
+    throw TemplateError("the test '" + name + "' takes " + (wanted ? "one argument" : "no argument") + ", " +
+                        std::to_string(args.size()) + " given");
+  }
+  auto other = [&]() -> const Value& { return args[0]; };
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();
   if (name == "none") return v.is_none();
@@ -391,7 +397,16 @@ bool apply_test(const std::string& name, const Value& v, const std::vector<Value
     if (!v.is_int()) throw TemplateError("the test '" + name + "' needs an integer, got '" + v.type_name() + "'");
     return (v.as_int() % 2 != 0) == (name == "odd");
   }
-  if (name == "divisibleby") return other().as_int() != 0 && v.as_int() % other().as_int() == 0;
+  if (name == "divisibleby") {  // Python's value % num == 0
+    const Value& num = other();
+    if (!(v.is_number() || v.is_bool()) || !(num.is_number() || num.is_bool())) {
+      throw TemplateError("unsupported operand type(s) for %: '" + v.type_name() + "' and '" + num.type_name() + "'");
+    }
+    if (num.as_double() == 0) throw TemplateError("divisibleby: division by zero");
+    if (v.is_float() || num.is_float()) return std::fmod(v.as_double(), num.as_double()) == 0;
+    const auto integer = [](const Value& x) { return x.is_bool() ? int64_t{x.as_bool()} : x.as_int(); };
+    return integer(v) % integer(num) == 0;
+  }
   if (name == "eq" || name == "equalto" || name == "==") return equal(v, other());
   if (name == "ne" || name == "!=") return !equal(v, other());
   if (name == "lt" || name == "lessthan" || name == "<") return less(v, other());
@@ -497,7 +512,7 @@ Value method(const Value& object, const std::string& name) {
     }
     if (name == "get") {
       return bound(name, [dict](CallArgs& a) {
-        const auto v = dict.get(text_of(arg(a, 0, "key")));
+        const auto v = dict.item(arg(a, 0, "key"));
         return v.is_undefined() ? arg(a, 1, "default", nullptr) : v;
       });
     }
@@ -538,18 +553,21 @@ Dict globals() {
     auto ns = std::make_shared<Namespace>();
     for (const auto& v : a.positional) {
       if (!v.is_dict()) throw TemplateError("namespace() takes a mapping or keyword arguments");
-      for (const auto& kv : v.as_dict()) ns->attributes.push_back(kv);
+      for (const auto& [key, value] : v.as_dict()) {
+        if (key.is_string()) ns->attributes.emplace_back(key.as_string(), value);  // others no attribute reaches
+      }
     }
     for (const auto& kv : a.keyword) ns->attributes.push_back(kv);
     return Value(ns);
   }));
   g.emplace_back("dict", Value::function("dict", [](CallArgs& a) {
-    Dict d;
+    Map d;
     for (const auto& v : a.positional) {
-      if (v.is_dict()) d.insert(d.end(), v.as_dict().begin(), v.as_dict().end());
+      if (!v.is_dict()) throw TemplateError("dict() takes a mapping or keyword arguments, not '" + v.type_name() + "'");
+      for (const auto& [key, value] : v.as_dict()) insert(d, key, value);
     }
-    for (const auto& kv : a.keyword) d.push_back(kv);
-    return Value(d);
+    for (const auto& [key, value] : a.keyword) insert(d, Value(key), value);
+    return Value(std::move(d));
   }));
   g.emplace_back("raise_exception", Value::function("raise_exception", [](CallArgs& a) -> Value {
     throw RaisedException(a.positional.empty() ? std::string("raise_exception()") : text_of(a.positional[0]));

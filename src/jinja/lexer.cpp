@@ -3,12 +3,33 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "jinja/template_error.hpp"
+#include "jinja/unicode_identifier.hpp"
 
 namespace superoffload::jinja {
 
 namespace {
+
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 where the bytes there are not one.
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned c = byte(0);
+  const auto tail = [&](size_t k) { return (byte(k) & 0xC0u) == 0x80u; };
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return tail(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return byte(1) >= lo && byte(1) <= hi && tail(2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return byte(1) >= lo && byte(1) <= hi && tail(2) && tail(3) ? 4 : 0;
+  }
+  return 0;
+}
 
 class Lexer {
  public:
@@ -16,6 +37,7 @@ class Lexer {
       : src_(source), name_(name), options_(options) {}
 
   std::vector<Token> run() {
+    check_utf8();
     bool strip_next = false;    // the previous tag ended with '-'
     bool trim_newline = false;  // the previous tag was a block or comment (trim_blocks)
     while (pos_ < src_.size()) {
@@ -91,6 +113,26 @@ class Lexer {
   void emit_text(std::string text, int line, int column) {
     if (!text.empty()) tokens_.push_back({Token::Kind::text, std::move(text), line, column});
   }
+  // jinja2 takes text (HF reads a template as UTF-8); bytes that are not UTF-8 are refused
+  // here, so no rendered text or error message carries them on.
+  void check_utf8() const {
+    int line = 1, column = 1;
+    for (size_t i = 0; i < src_.size();) {
+      const size_t n = utf8_length(src_, i);
+      if (n == 0) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(src_[i]));
+        fail(line, column, std::string("the template is not valid UTF-8 (byte ") + hex + "); save it as UTF-8");
+      }
+      if (src_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        column += static_cast<int>(n);  // columns count bytes, as the lexer's do
+      }
+      i += n;
+    }
+  }
   [[noreturn]] void fail(int line, int column, const std::string& what) const {
     throw TemplateError(name_ + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
   }
@@ -119,11 +161,9 @@ class Lexer {
         return false;
       }
       const int line = line_, column = column_;
-      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        size_t end = pos_;
-        while (end < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_')) ++end;
-        tokens_.push_back({Token::Kind::name, std::string(src_.substr(pos_, end - pos_)), line, column});
-        advance_to(end);
+      if (const size_t length = identifier_length(src_, pos_)) {
+        tokens_.push_back({Token::Kind::name, std::string(src_.substr(pos_, length)), line, column});
+        advance(length);
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         size_t end = pos_;
         bool real = false;
@@ -162,7 +202,7 @@ class Lexer {
             break;
           }
         }
-        if (!found) fail(line, column, std::string("unexpected character '") + c + "'");
+        if (!found) fail(line, column, "unexpected character '" + std::string(src_.substr(pos_, utf8_length(src_, pos_))) + "'");
       }
     }
   }

@@ -142,14 +142,15 @@ class Parser {
 
   NodePtr parse_if(const Token& at) {
     auto n = make<Node>(Node::Kind::if_chain, at);
-    auto condition = parse_expression();
+    // As jinja2: an if's test is no conditional expression (`{% if a if b %}` is refused).
+    auto condition = parse_conditional(false);
     expect_block_end();
     for (;;) {
       auto body = parse_body({"elif", "else", "endif"});
       n->branches.emplace_back(std::move(condition), std::move(body));
       const std::string keyword = next().text;
       if (keyword == "elif") {
-        condition = parse_expression();
+        condition = parse_conditional(false);
         expect_block_end();
         continue;
       }
@@ -553,7 +554,10 @@ class Parser {
           s->kind = Expr::Kind::slice;
           for (auto& p : parts) s->items.push_back(std::move(p));
         } else {
-          if (!parts[0]) fail(at, "an empty subscript");
+          if (!parts[0]) {  // x[] is x[()] to jinja2: nothing is found under the empty tuple
+            parts[0] = make<Expr>(Expr::Kind::literal, at);
+            parts[0]->value = Value::tuple({});
+          }
           s->b = std::move(parts[0]);
         }
         e = std::move(s);
@@ -584,12 +588,13 @@ class Parser {
         test->name = expect_name();
         if (at_op("(")) {
           parse_call_arguments(*test);
-        } else if (at_op("[") || at_op("{")) {
-          test->items.push_back(parse_postfix(parse_primary()));  // `x is in [1, 2]`
-        } else if (peek().kind == Kind::string || peek().kind == Kind::integer || peek().kind == Kind::real ||
-                   (peek().kind == Kind::name && !at_name("else") && !at_name("or") && !at_name("and") &&
-                    !at_name("if") && !at_name("is") && !at_name("in") && !at_name("not"))) {
-          test->items.push_back(parse_primary());  // `x is sameas none`, `x is divisibleby 3`
+        } else if (at_op("[") || at_op("{") || peek().kind == Kind::string || peek().kind == Kind::integer ||
+                   peek().kind == Kind::real ||
+                   (peek().kind == Kind::name && !at_name("else") && !at_name("or") && !at_name("and"))) {
+          // One argument without parentheses, as jinja2 takes it: `x is divisibleby 3`, `x is in [1, 2]`;
+          // any other name is that argument too (`x is sameas in` looks up a variable `in`).
+          if (at_name("is")) fail(peek(), "you cannot chain multiple tests with 'is' (write 'x is a and x is b')");
+          test->items.push_back(parse_postfix(parse_primary()));
         }
         e = std::move(test);
       } else if (at_op("(") && e->kind == Expr::Kind::filter) {

@@ -95,6 +95,16 @@ std::string json_string(const std::string& text) {
   return out + "\"";
 }
 
+// A dict key as json.dumps writes it: JSON keys are strings, so numbers, booleans and None are converted.
+std::string json_key(const Value& key) {
+  if (key.is_string()) return key.as_string();
+  if (key.is_bool()) return key.as_bool() ? "true" : "false";
+  if (key.is_none()) return "null";
+  if (key.is_int()) return std::to_string(key.as_int());
+  if (key.is_float()) return python_float(key.as_double());
+  throw TemplateError("tojson: keys must be str, int, float, bool or None, not " + key.type_name());
+}
+
 void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, std::string& out) {
   if (level > 512) throw TemplateError("tojson: the value nests deeper than 512 levels");
   const std::string newline = indent ? "\n" + std::string(static_cast<size_t>(*indent * (level + 1)), ' ') : "";
@@ -123,15 +133,16 @@ void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, 
     }
     out += closing + "]";
   } else if (v.is_dict() || v.is_namespace()) {
-    auto items = v.is_dict() ? v.as_dict() : v.as_namespace().attributes;
+    Map items = v.is_dict() ? v.as_dict() : Value(v.as_namespace().attributes).as_dict();
     if (items.empty()) {
       out += "{}";
       return;
     }
-    if (sort_keys) std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // As json.dumps: sorted by the keys themselves (mixed types cannot be), then written as strings.
+    if (sort_keys) std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return less(a.first, b.first); });
     out += "{";
     for (size_t i = 0; i < items.size(); ++i) {
-      out += (i ? separator : "") + newline + json_string(items[i].first) + ": ";
+      out += (i ? separator : "") + newline + json_string(json_key(items[i].first)) + ": ";
       dump(items[i].second, indent, sort_keys, level + 1, out);
     }
     out += closing + "}";

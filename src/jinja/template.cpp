@@ -333,6 +333,7 @@ class Renderer {
   Value subscript(const Value& object, const Value& key) {
     if (object.is_undefined()) throw TemplateError("'" + object.undefined_name() + "' is undefined");
     if (object.is_dict() || object.is_namespace()) {
+      if (object.is_dict()) return object.item(key);
       if (key.is_string()) return object.get(key.as_string());
       return Value::undefined(key.repr());
     }
@@ -430,14 +431,14 @@ class Renderer {
       if (!item.is_string()) throw TemplateError("'in <string>' requires string as left operand, not " + item.type_name());
       return container.as_string().find(item.as_string()) != std::string::npos;
     }
-    if (container.is_dict()) return item.is_string() && !container.get(item.as_string()).is_undefined();
+    if (container.is_dict()) return find(container.as_dict(), item) != nullptr;
     if (container.is_list()) {
       for (const auto& x : container.as_list()) {
         if (equal(x, item)) return true;
       }
       return false;
     }
-    if (container.is_undefined()) throw TemplateError("'" + container.undefined_name() + "' is undefined");
+    if (container.is_undefined()) return false;  // jinja2's Undefined iterates as empty: `'x' in controls` is false
     throw TemplateError("argument of type '" + container.type_name() + "' is not iterable");
   }
 
@@ -452,11 +453,10 @@ class Renderer {
           return e.tuple ? Value::tuple(std::move(items)) : Value(std::move(items));
         }
         case Expr::Kind::dict: {
-          Dict dict;
+          Map dict;
           for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
-            const Value key = eval(*e.items[k]);
-            if (!key.is_string()) throw TemplateError("dict keys must be strings here, not '" + key.type_name() + "'");
-            assign(dict, key.as_string(), eval(*e.items[k + 1]));
+            Value key = eval(*e.items[k]);
+            insert(dict, std::move(key), eval(*e.items[k + 1]));
           }
           return dict;
         }
@@ -561,7 +561,9 @@ Rendered Template::render(const Dict& variables) const { return Renderer(name_, 
 Rendered Template::render(const nlohmann::ordered_json& variables) const {
   const Value v = Value::from_json(variables.is_null() ? nlohmann::ordered_json::object() : variables);
   if (!v.is_dict()) throw TemplateError(name_ + ": the variables must be a JSON object");
-  return render(v.as_dict());
+  Dict names;
+  for (const auto& [key, value] : v.as_dict()) names.emplace_back(key.as_string(), value);  // JSON keys are strings
+  return render(names);
 }
 
 }  // namespace superoffload::jinja

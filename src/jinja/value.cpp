@@ -27,8 +27,8 @@ Value value_of_json(const Json& json) {
       return list;
     }
     case nlohmann::detail::value_t::object: {
-      Dict dict;
-      for (auto it = json.begin(); it != json.end(); ++it) dict.emplace_back(it.key(), value_of_json(it.value()));
+      Map dict;
+      for (auto it = json.begin(); it != json.end(); ++it) dict.emplace_back(Value(it.key()), value_of_json(it.value()));
       return dict;
     }
     default: return Value::undefined("a JSON value of another type");
@@ -36,6 +36,13 @@ Value value_of_json(const Json& json) {
 }
 
 }  // namespace
+
+Value::Value(const Dict& d) {
+  Map m;
+  m.reserve(d.size());
+  for (const auto& [name, value] : d) m.emplace_back(Value(name), value);
+  v_ = std::make_shared<Map>(std::move(m));
+}
 
 Value Value::from_json(const nlohmann::ordered_json& json) { return value_of_json(json); }
 Value Value::from_json(const nlohmann::json& json) { return value_of_json(json); }
@@ -87,7 +94,7 @@ std::string Value::repr() const {
     std::string out = "{";
     bool first = true;
     for (const auto& [key, value] : as_dict()) {
-      out += (first ? "" : ", ") + python_string_repr(key) + ": " + value.repr();
+      out += (first ? "" : ", ") + key.repr() + ": " + value.repr();
       first = false;
     }
     return out + "}";
@@ -97,13 +104,41 @@ std::string Value::repr() const {
 }
 
 Value Value::get(const std::string& key) const {
-  const Dict* dict = is_dict() ? &as_dict() : is_namespace() ? &as_namespace().attributes : nullptr;
-  if (dict) {
-    for (const auto& [k, v] : *dict) {
+  if (is_dict()) {
+    for (const auto& [k, v] : as_dict()) {
+      if (k.is_string() && k.as_string() == key) return v;
+    }
+  } else if (is_namespace()) {
+    for (const auto& [k, v] : as_namespace().attributes) {
       if (k == key) return v;
     }
   }
   return Value::undefined(key);
+}
+
+Value Value::item(const Value& key) const {
+  if (const Value* v = is_dict() ? find(as_dict(), key) : nullptr) return *v;
+  return Value::undefined(key.is_string() ? key.as_string() : key.repr());
+}
+
+const Value* find(const Map& map, const Value& key) {
+  for (const auto& [k, v] : map) {
+    if (equal(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+void insert(Map& map, Value key, Value value) {
+  if (key.is_list() && !key.is_tuple()) throw TemplateError("unhashable type: 'list'");
+  if (key.is_dict()) throw TemplateError("unhashable type: 'dict'");
+  if (key.is_undefined()) throw TemplateError("'" + key.undefined_name() + "' is undefined");
+  for (auto& [k, v] : map) {
+    if (equal(k, key)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  map.emplace_back(std::move(key), std::move(value));
 }
 
 bool equal(const Value& a, const Value& b) {
@@ -126,8 +161,8 @@ bool equal(const Value& a, const Value& b) {
   if (a.is_dict() && b.is_dict()) {
     if (a.as_dict().size() != b.as_dict().size()) return false;
     for (const auto& [key, value] : a.as_dict()) {
-      const auto other = b.get(key);
-      if (other.is_undefined() || !equal(value, other)) return false;
+      const Value* other = find(b.as_dict(), key);
+      if (!other || !equal(value, *other)) return false;
     }
     return true;
   }

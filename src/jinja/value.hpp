@@ -19,7 +19,10 @@ namespace superoffload::jinja {
 
 class Value;
 using List = std::vector<Value>;
-using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, unique keys
+// Names and their values: scopes, namespace() attributes, keyword arguments; insertion order, unique keys.
+using Dict = std::vector<std::pair<std::string, Value>>;
+// A Python dict: insertion order, unique keys of any hashable type ({0: 'a'} is a real template's).
+using Map = std::vector<std::pair<Value, Value>>;
 
 struct CallArgs {
   std::vector<Value> positional;
@@ -41,7 +44,7 @@ struct Callable {
 class Value {
  public:
   using Storage = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<List>,
-                               std::shared_ptr<Dict>, std::shared_ptr<Namespace>, std::shared_ptr<Callable>>;
+                               std::shared_ptr<Map>, std::shared_ptr<Namespace>, std::shared_ptr<Callable>>;
 
   Value() : v_(Undefined{}) {}
   Value(std::nullptr_t) : v_(nullptr) {}
@@ -52,7 +55,8 @@ class Value {
   Value(std::string s) : v_(std::move(s)) {}
   Value(const char* s) : v_(std::string(s)) {}
   Value(List l) : v_(std::make_shared<List>(std::move(l))) {}
-  Value(Dict d) : v_(std::make_shared<Dict>(std::move(d))) {}
+  Value(Map m) : v_(std::make_shared<Map>(std::move(m))) {}
+  Value(const Dict& d);  // a dict with string keys
   Value(std::shared_ptr<Namespace> n) : v_(std::move(n)) {}
   Value(std::shared_ptr<Callable> c) : v_(std::move(c)) {}
   static Value undefined(std::string name) { return Value(Storage(Undefined{std::move(name)})); }
@@ -77,7 +81,7 @@ class Value {
   bool is_number() const { return is_int() || is_float(); }  // bool excluded, as jinja2's `number` test
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
   bool is_list() const { return std::holds_alternative<std::shared_ptr<List>>(v_); }
-  bool is_dict() const { return std::holds_alternative<std::shared_ptr<Dict>>(v_); }
+  bool is_dict() const { return std::holds_alternative<std::shared_ptr<Map>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
   bool is_callable() const { return std::holds_alternative<std::shared_ptr<Callable>>(v_); }
   bool is_tuple() const { return tuple_; }
@@ -87,7 +91,7 @@ class Value {
   double as_double() const { return is_int() ? static_cast<double>(as_int()) : is_bool() ? (as_bool() ? 1.0 : 0.0) : std::get<double>(v_); }
   const std::string& as_string() const { return std::get<std::string>(v_); }
   const List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
-  const Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
+  const Map& as_dict() const { return *std::get<std::shared_ptr<Map>>(v_); }
   Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(v_); }
   const Callable& as_callable() const { return *std::get<std::shared_ptr<Callable>>(v_); }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
@@ -100,14 +104,22 @@ class Value {
   std::string str() const;
   // Python's repr() (strings quoted as Python quotes them).
   std::string repr() const;
-  // The member of a dict or namespace, or Undefined.
+  // The member of a dict or namespace named by a string, or Undefined.
   Value get(const std::string& key) const;
+  // d[key] of a dict, keys compared as Python hashes them (1, 1.0 and True are one key), or Undefined.
+  Value item(const Value& key) const;
 
  private:
   explicit Value(Storage v) : v_(std::move(v)) {}
   Storage v_;
   bool tuple_ = false;
 };
+
+// The entry of `map` whose key equals `key` as a Python dict finds it, or null.
+const Value* find(const Map& map, const Value& key);
+// d[key] = value: a new key goes last, an existing one keeps its place. Throws TemplateError for
+// an unhashable key (a list or dict), as Python's TypeError.
+void insert(Map& map, Value key, Value value);
 
 // Python's ==, across int, float and bool as Python compares them.
 bool equal(const Value& a, const Value& b);

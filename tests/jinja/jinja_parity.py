@@ -65,6 +65,22 @@ CASES = [
     ("{{ range(3) | list }}{{ range(1, 7, 2) | list }}{{ range(5, 0, -2) | list }}", {}),
     ("{{ dict(a=1, b=2) }}{{ namespace(x=1).x }}", {}),
     ("{{ messages[0]['content'] }}{{ messages[0].content }}{{ messages[-1].role }}", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}),
+    ("{% set d = {0: 'a', 1.0: 'b', true: 'c', 'k': 1, none: 2} %}{{ d }} {{ d[1] }}{{ d[0.0] }}{{ d.get(1) }} {{ d | tojson }} {{ 0 in d }}{{ 2 in d }}", {}),
+    ("{% set d = {16: 'x', 2: 'y', -1: 'z'} %}{% for k, v in d | dictsort %}{{ k }}={{ v }};{% endfor %}{{ d | tojson(sort_keys=true) }}{{ dict(d, a=1) }}", {}),
+    ("{{ {[1]: 2} }}", {}),
+    ("{{ {'a': 1, 2: 3} | dictsort }}", {}),
+    ("{{ 3.0 is divisibleby 1.5 }}{{ 6 is divisibleby true }}{{ -7 is divisibleby 7 }}{{ x is divisibleby(3) is true }}", {"x": 3}),
+    ("{{ 'x' is divisibleby 3 }}", {}),
+    ("{{ 3 is divisibleby 0 }}", {}),
+    ("{{ x is not none not in [1] }}", {"x": 3}),
+    ("{{ x is defined is defined }}", {}),
+    ("{{ x is sameas in }}", {"x": 3}),
+    ("{{ 1 is odd(3) }}", {}),
+    ("{% set café = 'x' %}{{ café }}{{ 必 }}|{% for ü in [1] %}{{ ü }}{% endfor %}{{ _a1 }}", {}),
+    ("{{ 1必 }}", {}),
+    ("{{ x[] }}{{ d[] }}|{{ 'citations' in controls }}{{ controls | length }}", {"x": {}, "d": {"a": 1}}),
+    ("{% if x if y %}a{% endif %}", {"x": 1}),
+    ("{{ ✓ }}", {}),
     ("{{ raise_exception('no system role here') }}", {}),
     ("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}ok", {"messages": [{"role": "system"}]}),
     ("{% generation %}all{% endgeneration %}x{% generation %}é{{ 1 }}{% endgeneration %}", {}),
@@ -105,7 +121,14 @@ def jinja2_render(template, variables):
 
 def conversations():
     """The seven template shapes, each over conversations that exercise it."""
-    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+    # JSON-schema shapes that tool-rendering templates walk (GPT-OSS turns them into TypeScript).
+    tools = [{"type": "function", "function": {"name": "get_time", "description": "The time in a zone.", "parameters": {
+        "type": "object", "required": ["tz"], "properties": {
+            "tz": {"type": "string", "description": "IANA zone", "enum": ["UTC", "CET"], "default": "UTC"},
+            "hours": {"type": "array", "items": {"type": "integer"}}, "fmt": {"type": ["string", "null"]},
+            "when": {"oneOf": [{"type": "string"}, {"type": "number", "description": "epoch"}], "default": "now"},
+            "opts": {"type": "object", "properties": {"utc": {"type": "boolean"}}, "nullable": True}}}}},
+             {"type": "function", "function": {"name": "noop", "description": "Nothing.", "parameters": {"type": "object"}}}]
     plain = [{"role": "user", "content": " What is 2+2? "}, {"role": "assistant", "content": "4 "},
              {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6, naïvely ✓"}]
     system = [{"role": "system", "content": "Be brief."}] + plain

@@ -28,6 +28,17 @@ TEST(Jinja, ParseErrorsNameLineColumnAndWhatWasExpected) {
   EXPECT_NE(error_of("{{ 'open").find("chat_template.jinja:1:4: a string is never closed"), std::string::npos);
 }
 
+TEST(Jinja, BytesThatAreNotUtf8AreRefusedWhereTheyAre) {
+  // A template saved in Latin-1, a cut multi-byte character, a UTF-16 surrogate, an overlong '/':
+  // refused at their line and column, so no rendered text or message carries them on.
+  EXPECT_EQ(error_of("ok\n  caf\xe9"), "chat_template.jinja:2:6: the template is not valid UTF-8 (byte 0xE9); save it as UTF-8");
+  EXPECT_EQ(error_of("\xe2\x9c"), "chat_template.jinja:1:1: the template is not valid UTF-8 (byte 0xE2); save it as UTF-8");
+  EXPECT_NE(error_of("{{ '\xed\xa0\x80' }}").find("not valid UTF-8 (byte 0xED)"), std::string::npos);
+  EXPECT_NE(error_of("\xc0\xaf").find("not valid UTF-8 (byte 0xC0)"), std::string::npos);
+  // A character that starts no token is named whole, not by its first byte.
+  EXPECT_EQ(error_of("{{ a ✓ }}"), "chat_template.jinja:1:6: unexpected character '✓'");
+}
+
 TEST(Jinja, RenderErrorsNameWhereAndWhy) {
   EXPECT_EQ(error_of("ok\n{{ messages[0].content + 1 }}", {{"messages", {{{"content", "hi"}}}}}),
             "chat_template.jinja:2:24: unsupported operand type(s) for +: 'str' and 'int'");
