@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "jinja/template_error.hpp"
-#include "jinja/unicode_identifier.hpp"
+#include "jinja/unicode_chars.hpp"
 
 namespace superoffload::jinja {
 

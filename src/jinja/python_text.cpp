@@ -71,9 +71,15 @@ std::string python_string_repr(const std::string& text) {
 
 namespace {
 
-std::string json_string(const std::string& text) {
+std::string json_string(const std::string& text, bool ensure_ascii) {
   std::string out = "\"";
-  for (unsigned char c : text) {
+  auto escape = [&](unsigned code) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\u%04x", code);
+    out += hex;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -84,11 +90,21 @@ std::string json_string(const std::string& text) {
       case '\f': out += "\\f"; break;
       default:
         if (c < 0x20) {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "\\u%04x", c);
-          out += hex;
-        } else {
+          escape(c);
+        } else if (c < 0x80 || !ensure_ascii) {
           out += static_cast<char>(c);  // ensure_ascii=False: UTF-8 as it is
+        } else {  // the code point as \uXXXX, above U+FFFF as a surrogate pair, as json.dumps
+          const size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
+          uint32_t code = c & (n == 2 ? 0x1Fu : n == 3 ? 0x0Fu : 0x07u);
+          for (size_t k = 1; k < n && i + k < text.size(); ++k) code = (code << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3Fu);
+          i += n - 1;
+          if (code >= 0x10000) {
+            code -= 0x10000;
+            escape(0xD800 + (code >> 10));
+            escape(0xDC00 + (code & 0x3FF));
+          } else {
+            escape(code);
+          }
         }
     }
   }
@@ -105,11 +121,17 @@ std::string json_key(const Value& key) {
   throw TemplateError("tojson: keys must be str, int, float, bool or None, not " + key.type_name());
 }
 
-void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, std::string& out) {
+void dump(const Value& v, const JsonOptions& o, int level, std::string& out) {
   if (level > 512) throw TemplateError("tojson: the value nests deeper than 512 levels");
-  const std::string newline = indent ? "\n" + std::string(static_cast<size_t>(*indent * (level + 1)), ' ') : "";
-  const std::string closing = indent ? "\n" + std::string(static_cast<size_t>(*indent * level), ' ') : "";
-  const std::string separator = indent ? "," : ", ";
+  auto repeat = [](const std::string& unit, int times) {
+    std::string r;
+    for (int k = 0; k < times; ++k) r += unit;
+    return r;
+  };
+  const std::string newline = o.indent ? "\n" + repeat(*o.indent, level + 1) : "";
+  const std::string closing = o.indent ? "\n" + repeat(*o.indent, level) : "";
+  const std::string separator = o.item_separator.value_or(o.indent ? "," : ", ");
+  const std::string key_separator = o.key_separator.value_or(": ");
   if (v.is_none()) {
     out += "null";
   } else if (v.is_bool()) {
@@ -120,7 +142,7 @@ void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, 
     const double d = v.as_double();
     out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float(d);
   } else if (v.is_string()) {
-    out += json_string(v.as_string());
+    out += json_string(v.as_string(), o.ensure_ascii);
   } else if (v.is_list()) {
     if (v.as_list().empty()) {
       out += "[]";
@@ -129,7 +151,7 @@ void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, 
     out += "[";
     for (size_t i = 0; i < v.as_list().size(); ++i) {
       out += (i ? separator : "") + newline;
-      dump(v.as_list()[i], indent, sort_keys, level + 1, out);
+      dump(v.as_list()[i], o, level + 1, out);
     }
     out += closing + "]";
   } else if (v.is_dict() || v.is_namespace()) {
@@ -139,11 +161,11 @@ void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, 
       return;
     }
     // As json.dumps: sorted by the keys themselves (mixed types cannot be), then written as strings.
-    if (sort_keys) std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return less(a.first, b.first); });
+    if (o.sort_keys) std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return less(a.first, b.first); });
     out += "{";
     for (size_t i = 0; i < items.size(); ++i) {
-      out += (i ? separator : "") + newline + json_string(json_key(items[i].first)) + ": ";
-      dump(items[i].second, indent, sort_keys, level + 1, out);
+      out += (i ? separator : "") + newline + json_string(json_key(items[i].first), o.ensure_ascii) + key_separator;
+      dump(items[i].second, o, level + 1, out);
     }
     out += closing + "}";
   } else {
@@ -153,9 +175,9 @@ void dump(const Value& v, std::optional<int> indent, bool sort_keys, int level, 
 
 }  // namespace
 
-std::string python_json(const Value& value, std::optional<int> indent, bool sort_keys) {
+std::string python_json(const Value& value, const JsonOptions& options) {
   std::string out;
-  dump(value, indent, sort_keys, 0, out);
+  dump(value, options, 0, out);
   return out;
 }
 

@@ -14,8 +14,14 @@ class Value;
 std::string python_float(double value);
 // repr(str): single quotes unless the text holds ' and no ".
 std::string python_string_repr(const std::string& text);
-// json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys): separators
-// ", " and ": " without indent, "," and ": " with it. Throws for values JSON cannot hold.
-std::string python_json(const Value& value, std::optional<int> indent, bool sort_keys);
+// json.dumps's arguments, as HF's tojson passes them.
+struct JsonOptions {
+  bool ensure_ascii = false;          // non-ASCII as \uXXXX (surrogate pairs above U+FFFF)
+  std::optional<std::string> indent;  // a newline and this per level; none: one line
+  std::optional<std::string> item_separator, key_separator;  // default ", " (",' with indent) and ": "
+  bool sort_keys = false;
+};
+// json.dumps(value, ...). Throws for values JSON cannot hold.
+std::string python_json(const Value& value, const JsonOptions& options = {});
 
 }  // namespace superoffload::jinja

@@ -72,6 +72,8 @@ class Renderer {
     } catch (const TemplateError& e) {
       if (std::string(e.what()).rfind(name_ + ":", 0) == 0) throw;
       throw TemplateError(where(line, column) + ": " + e.what());
+    } catch (const std::exception& e) {  // a bug of the engine's: still an error with a place, never a crash
+      throw TemplateError(where(line, column) + ": internal error of the template engine (" + e.what() + "); please report it");
     }
   }
   void step() {
@@ -158,7 +160,7 @@ class Renderer {
         case Node::Kind::loop_break: return Flow::loop_break;
         case Node::Kind::loop_continue: return Flow::loop_continue;
       }
-    } catch (const TemplateError&) {
+    } catch (const std::exception&) {
       rethrow_at(n.line, n.column);
     }
     return Flow::normal;
@@ -342,6 +344,7 @@ class Renderer {
       std::vector<std::string> points;
       if (object.is_string()) points = code_points(object.as_string());
       const auto size = static_cast<int64_t>(object.is_list() ? object.as_list().size() : points.size());
+      if (!key.is_int() && !key.is_bool()) return Value::undefined(key.repr());  // jinja2: no such item
       int64_t index = as_index(key, "an index");
       if (index < 0) index += size;
       if (index < 0 || index >= size) return Value::undefined("index " + key.repr());
@@ -351,6 +354,7 @@ class Renderer {
   }
 
   Value slice(const Value& object, const Expr& e) {
+    if (object.is_undefined()) throw TemplateError("'" + object.undefined_name() + "' is undefined");
     std::optional<int64_t> parts[3];
     for (size_t k = 0; k < 3 && k < e.items.size(); ++k) {
       if (!e.items[k]) continue;
@@ -359,7 +363,7 @@ class Renderer {
     }
     std::vector<std::string> points;
     if (object.is_string()) points = code_points(object.as_string());
-    else if (!object.is_list()) throw TemplateError("'" + object.type_name() + "' object is not subscriptable");
+    else if (!object.is_list()) return Value::undefined("a slice");  // jinja2's getitem finds nothing there
     const auto size = static_cast<int64_t>(object.is_list() ? object.as_list().size() : points.size());
     const int64_t step_by = parts[2].value_or(1);
     if (step_by == 0) throw TemplateError("slice step cannot be zero");
@@ -379,10 +383,42 @@ class Renderer {
   }
 
   static bool numeric(const Value& v) { return v.is_number() || v.is_bool(); }
+
+  // Python's int ** int for a non-negative exponent, by squaring; past int64 it is refused
+  // (Python's ints have no bound, a chat template's numbers do).
+  static Value int_power(int64_t base, int64_t exponent) {
+    int64_t result = 1;
+    while (exponent > 0) {
+      if ((exponent & 1) && __builtin_mul_overflow(result, base, &result)) break;
+      exponent >>= 1;
+      if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) {
+        if (result == 0) return int64_t{0};
+        exponent = -1;
+        break;
+      }
+    }
+    if (exponent != 0) throw TemplateError("an integer power past 64 bits");
+    return result;
+  }
+
+  // str % args where the text has no conversion: Python returns it unchanged when args is a
+  // mapping-like (list, dict) or an empty tuple, and refuses other arguments. Conversions
+  // (%s, %d, ...) are printf-style formatting, which chat templates do not use: refused.
+  static Value percent_format(const Value& format, const Value& args) {
+    if (format.as_string().find('%') != std::string::npos) {
+      throw TemplateError("printf-style formatting ('%' on a string) is not supported; use ~ or format with filters");
+    }
+    if ((args.is_list() && !args.is_tuple()) || args.is_dict() || args.is_undefined() ||
+        (args.is_tuple() && args.as_list().empty())) {
+      return format;
+    }
+    throw TemplateError("not all arguments converted during string formatting");
+  }
   static int64_t int_of(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
 
   Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") return a.str() + b.str();
+    if (op == "%" && a.is_string()) return percent_format(a, b);  // an undefined b is a mapping-like to Python's %
     if (a.is_undefined() || b.is_undefined()) {
       throw TemplateError("'" + (a.is_undefined() ? a : b).undefined_name() + "' is undefined");
     }
@@ -392,10 +428,9 @@ class Renderer {
       if (op == "-") return both_int ? Value(int_of(a) - int_of(b)) : Value(a.as_double() - b.as_double());
       if (op == "*") return both_int ? Value(int_of(a) * int_of(b)) : Value(a.as_double() * b.as_double());
       if (op == "**") {
-        if (both_int && int_of(b) >= 0) {
-          int64_t r = 1;
-          for (int64_t k = 0; k < int_of(b); ++k) r *= int_of(a);
-          return r;
+        if (both_int && int_of(b) >= 0) return int_power(int_of(a), int_of(b));
+        if (a.as_double() < 0 && std::floor(b.as_double()) != b.as_double()) {
+          throw TemplateError("a negative number to a fractional power is a complex number, which no chat template needs");
         }
         return std::pow(a.as_double(), b.as_double());
       }
@@ -404,7 +439,11 @@ class Renderer {
       if (op == "//") return both_int ? Value(floor_div(int_of(a), int_of(b))) : Value(std::floor(a.as_double() / b.as_double()));
       if (op == "%") {
         if (both_int) return int_of(a) - floor_div(int_of(a), int_of(b)) * int_of(b);
-        return a.as_double() - std::floor(a.as_double() / b.as_double()) * b.as_double();
+        // Python's float %: the sign of the divisor, and -0.0 where that is negative.
+        double r = std::fmod(a.as_double(), b.as_double());
+        if (r != 0 && ((r < 0) != (b.as_double() < 0))) r += b.as_double();
+        if (r == 0) r = std::copysign(0.0, b.as_double());
+        return r;
       }
     }
     if (op == "+" && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
@@ -413,15 +452,22 @@ class Renderer {
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return out;
     }
-    if (op == "*" && (a.is_string() || a.is_list()) && (b.is_int())) {
+    // str * int and list * int, either way round; a bool counts as an int, as in Python.
+    const bool a_sequence = a.is_string() || a.is_list(), b_sequence = b.is_string() || b.is_list();
+    if (op == "*" && ((a_sequence && (b.is_int() || b.is_bool())) || (b_sequence && (a.is_int() || a.is_bool())))) {
+      const Value& sequence = a_sequence ? a : b;
+      const int64_t times = int_of(a_sequence ? b : a);
+      const size_t unit = sequence.is_string() ? sequence.as_string().size() : sequence.as_list().size() * 16;
+      if (times > 0 && unit > 0 && static_cast<uint64_t>(times) > options_.max_output_bytes / unit) {
+        throw TemplateError("a " + sequence.type_name() + " repeated past the output limit");
+      }
       List out;
       std::string text;
-      for (int64_t k = 0; k < b.as_int(); ++k) {
-        if (a.is_string()) text += a.as_string();
-        else out.insert(out.end(), a.as_list().begin(), a.as_list().end());
-        if (text.size() > options_.max_output_bytes) throw TemplateError("a string repeated past the output limit");
+      for (int64_t k = 0; k < times; ++k) {
+        if (sequence.is_string()) text += sequence.as_string();
+        else out.insert(out.end(), sequence.as_list().begin(), sequence.as_list().end());
       }
-      return a.is_string() ? Value(text) : Value(out);
+      return sequence.is_string() ? Value(text) : Value(out);
     }
     throw TemplateError("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
   }
@@ -431,7 +477,10 @@ class Renderer {
       if (!item.is_string()) throw TemplateError("'in <string>' requires string as left operand, not " + item.type_name());
       return container.as_string().find(item.as_string()) != std::string::npos;
     }
-    if (container.is_dict()) return find(container.as_dict(), item) != nullptr;
+    if (container.is_dict()) {
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) throw TemplateError("unhashable type: '" + item.type_name() + "'");
+      return find(container.as_dict(), item) != nullptr;
+    }
     if (container.is_list()) {
       for (const auto& x : container.as_list()) {
         if (equal(x, item)) return true;
@@ -510,7 +559,7 @@ class Renderer {
           if (eval(*e.b).truthy()) return eval(*e.a);
           return e.c ? eval(*e.c) : Value::undefined("the else of a conditional");
       }
-    } catch (const TemplateError&) {
+    } catch (const std::exception&) {
       rethrow_at(e.line, e.column);
     }
     return Value();

@@ -46,6 +46,14 @@ TEST(Jinja, RenderErrorsNameWhereAndWhy) {
   EXPECT_EQ(error_of("{{ user.name }}"), "chat_template.jinja:1:8: 'user' is undefined");
 }
 
+TEST(Jinja, WhatPythonAloneCanDoIsRefusedPlainly) {
+  // Python's ints have no bound, and a negative number to a fractional power is complex:
+  // neither occurs in a chat template, and neither may wrap around or print nan here.
+  EXPECT_EQ(error_of("{{ 2 ** 64 }}"), "chat_template.jinja:1:6: an integer power past 64 bits");
+  EXPECT_NE(error_of("{{ (-2.5) ** 0.5 }}").find("complex number"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%s' % 'x' }}").find("printf-style formatting"), std::string::npos);
+}
+
 TEST(Jinja, RaiseExceptionIsItsOwnError) {
   try {
     j::Template("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}", "t")
