@@ -2,9 +2,12 @@
 // learnable structure (word spelling, templates, small sums that must add up, counting),
 // written as JSON Lines ({"text": ...}), about N tokens for the tiny model's byte-level
 // tokenizer (configs/models/tiny-llama/tokenizer.json: bytes 0-255, BOS 256, EOS 257).
+// With --chat, the same tasks as conversations ({"messages": [...]}, OpenAI/HF roles, a
+// system turn in some, one to three exchanges): the user asks, the assistant answers, so
+// an assistant-only loss has something to learn. N then counts the conversations' text.
 // Deterministic for a seed; nothing is downloaded.
 //
-//   superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S]
+//   superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S] [--chat]
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,20 +62,76 @@ std::string document(std::mt19937_64& rng) {
   return text;
 }
 
+// One question and its answer, from the same tasks as the documents.
+std::pair<std::string, std::string> exchange(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: {
+      const int x = static_cast<int>(rng() % 10), y = static_cast<int>(rng() % 10);
+      return {"What is " + std::to_string(x) + " plus " + std::to_string(y) + "?",
+              std::to_string(x) + " plus " + std::to_string(y) + " is " + std::to_string(x + y) + "."};
+    }
+    case 1: {
+      const int start = static_cast<int>(rng() % 50), length = 3 + static_cast<int>(rng() % 6);
+      std::string answer;
+      for (int i = 0; i < length; ++i) answer += (i ? " " : "") + std::to_string(start + i);
+      return {"Count from " + std::to_string(start) + " to " + std::to_string(start + length - 1) + ".", answer + "."};
+    }
+    case 2: {
+      const std::string colour = pick(kColours, rng), animal = pick(kAnimals, rng), verb = pick(kVerbs, rng);
+      return {"What does the " + colour + " " + animal + " do?", "The " + colour + " " + animal + " " + verb + " the " +
+                                                                     pick(kColours, rng) + " " + pick(kAnimals, rng) + "."};
+    }
+    default: {
+      const char letter = static_cast<char>('a' + rng() % 25);
+      return {std::string("Which letter comes after ") + letter + "?", std::string("After ") + letter + " comes " +
+                                                                         static_cast<char>(letter + 1) + "."};
+    }
+  }
+}
+
+nlohmann::ordered_json conversation(std::mt19937_64& rng, int64_t& characters) {
+  auto messages = nlohmann::ordered_json::array();
+  auto add = [&](const char* role, const std::string& content) {
+    messages.push_back({{"role", role}, {"content", content}});
+    characters += static_cast<int64_t>(content.size());
+  };
+  if (rng() % 4 == 0) add("system", "You answer in one short sentence.");
+  for (int turns = 1 + static_cast<int>(rng() % 3); turns > 0; --turns) {
+    const auto [question, answer] = exchange(rng);
+    add("user", question);
+    add("assistant", answer);
+  }
+  return {{"messages", messages}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S]\n");
+    std::fprintf(stderr, "usage: superoffload_demo_corpus OUT.jsonl [--tokens N] [--seed S] [--chat]\n");
     return 2;
   }
   const std::string out = argv[1];
   int64_t target = 1'000'000;
   uint64_t seed = 7;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  bool chat = false;
+  for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--tokens") target = std::stoll(argv[i + 1]);
-    else if (a == "--seed") seed = std::stoull(argv[i + 1]);
+    if (a == "--chat") {
+      chat = true;
+    } else if ((a == "--tokens" || a == "--seed") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      try {
+        if (a == "--tokens") target = std::stoll(value);
+        else seed = std::stoull(value);
+      } catch (const std::exception&) {
+        std::fprintf(stderr, "superoffload_demo_corpus: %s takes a whole number, not '%s'\n", a.c_str(), value.c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "superoffload_demo_corpus: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
   }
   std::mt19937_64 rng(seed);
   int64_t tokens = 0, documents = 0;
@@ -82,9 +141,13 @@ int main(int argc, char** argv) {
     {
       std::ofstream file(temporary);
       while (tokens < target) {
-        const auto text = document(rng);
-        file << nlohmann::json{{"text", text}}.dump() << "\n";
-        tokens += static_cast<int64_t>(text.size()) + 2;  // bytes, BOS and EOS
+        if (chat) {
+          file << conversation(rng, tokens).dump() << "\n";
+        } else {
+          const auto text = document(rng);
+          file << nlohmann::json{{"text", text}}.dump() << "\n";
+          tokens += static_cast<int64_t>(text.size()) + 2;  // bytes, BOS and EOS
+        }
         ++documents;
       }
       if (!file.flush()) throw std::runtime_error("cannot write " + temporary);
@@ -94,7 +157,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "superoffload_demo_corpus: %s\n", e.what());
     return 1;
   }
-  std::printf("wrote %s: %lld documents, %lld tokens with the byte-level tokenizer\n", out.c_str(),
-              static_cast<long long>(documents), static_cast<long long>(tokens));
+  if (chat) {
+    std::printf("wrote %s: %lld conversations, %lld characters of messages\n", out.c_str(),
+                static_cast<long long>(documents), static_cast<long long>(tokens));
+  } else {
+    std::printf("wrote %s: %lld documents, %lld tokens with the byte-level tokenizer\n", out.c_str(),
+                static_cast<long long>(documents), static_cast<long long>(tokens));
+  }
   return 0;
 }

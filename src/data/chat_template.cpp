@@ -53,24 +53,35 @@ ChatTemplateSource find_chat_template(const std::string& model_dir, const std::s
 }
 
 ChatRenderer::ChatRenderer(const ChatTemplateSource& source, nlohmann::ordered_json variables)
-    : template_(source.text, source.origin), origin_(source.origin), variables_(std::move(variables)) {
+    : template_(source.text, source.origin), origin_(source.origin) {
+  for (auto it = variables.begin(); it != variables.end(); ++it) {
+    variables_.emplace_back(it.key(), jinja::Value::from_json(it.value()));
+  }
   has_generation_blocks_ = template_.has_generation_blocks();
 }
 
-jinja::Rendered ChatRenderer::render_prefix(const Conversation& conversation, size_t messages,
+struct ChatRenderer::Converted {
+  jinja::List messages;
+  jinja::Value tools, documents;
+};
+
+jinja::Rendered ChatRenderer::render_prefix(const Converted& conversation, size_t messages,
                                             bool add_generation_prompt) const {
-  nlohmann::ordered_json v = variables_;
-  auto& list = v["messages"] = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < messages; ++i) list.push_back(conversation.messages[i]);
-  v["tools"] = conversation.tools;
-  v["documents"] = conversation.documents;
-  v["add_generation_prompt"] = add_generation_prompt;
-  return template_.render(v);
+  jinja::Dict names = variables_;
+  names.emplace_back("messages", jinja::List(conversation.messages.begin(),
+                                             conversation.messages.begin() + static_cast<std::ptrdiff_t>(messages)));
+  names.emplace_back("tools", conversation.tools);
+  names.emplace_back("documents", conversation.documents);
+  names.emplace_back("add_generation_prompt", add_generation_prompt);
+  return template_.render(names);
 }
 
 RenderedConversation ChatRenderer::render(const Conversation& conversation) const {
   const size_t n = conversation.messages.size();
-  auto whole = render_prefix(conversation, n, false);
+  Converted converted{{}, jinja::Value::from_json(conversation.tools), jinja::Value::from_json(conversation.documents)};
+  converted.messages.reserve(n);
+  for (const auto& message : conversation.messages) converted.messages.push_back(jinja::Value::from_json(message));
+  auto whole = render_prefix(converted, n, false);
   RenderedConversation out;
   out.text = std::move(whole.text);
   if (has_generation_blocks_) {
@@ -82,8 +93,8 @@ RenderedConversation ChatRenderer::render(const Conversation& conversation) cons
   }
   for (size_t i = 0; i < n; ++i) {
     if (conversation.messages[i].value("role", "") != "assistant") continue;
-    const auto prompt = render_prefix(conversation, i, true).text;
-    const auto through = render_prefix(conversation, i + 1, false).text;
+    const auto prompt = render_prefix(converted, i, true).text;
+    const auto through = render_prefix(converted, i + 1, false).text;
     if (through.compare(0, prompt.size(), prompt) != 0 || out.text.compare(0, through.size(), through) != 0) {
       throw NotAPrefix("the template renders the conversation up to turn " + std::to_string(i) +
                        " as something other than a prefix of the whole (it rewrites earlier turns), so the assistant's "

@@ -56,10 +56,11 @@ class ChatRenderer {
   const std::string& origin() const { return origin_; }
 
  private:
-  jinja::Rendered render_prefix(const Conversation& conversation, size_t messages, bool add_generation_prompt) const;
+  struct Converted;  // a conversation as the template's values, converted once for all its prefixes
+  jinja::Rendered render_prefix(const Converted& conversation, size_t messages, bool add_generation_prompt) const;
   jinja::Template template_;
   std::string origin_;
-  nlohmann::ordered_json variables_;
+  jinja::Dict variables_;
   bool has_generation_blocks_ = false;
 };
 

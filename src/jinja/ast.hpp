@@ -72,6 +72,7 @@ struct Node {
   Body body, else_body;
   std::vector<std::string> targets;
   std::vector<std::pair<std::string, ExprPtr>> params;  // macro and caller parameters with defaults
+  bool uses_loop = true;  // for_loop: whether its body names `loop` (else no loop object is made)
 };
 
 }  // namespace superoffload::jinja

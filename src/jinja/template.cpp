@@ -52,7 +52,9 @@ class Renderer {
   Renderer(const std::string& name, const TemplateOptions& options) : name_(name), options_(options) {}
 
   Rendered run(const Body& body, const Dict& variables) {
-    scopes_.push_back(std::make_shared<Frame>(globals()));
+    // The globals are the same for every render and never assigned to (a `set` goes to the innermost frame).
+    static const auto kGlobals = std::make_shared<Frame>(globals());
+    scopes_.push_back(kGlobals);
     scopes_.push_back(std::make_shared<Frame>(variables));
     scopes_.push_back(std::make_shared<Frame>());  // the template's own `set`s
     buffers_.push_back(&result_.text);
@@ -205,22 +207,24 @@ class Renderer {
       step();
       auto frame = std::make_shared<Frame>();
       bind(*frame, items[static_cast<size_t>(i)]);
-      Dict loop{{"index", i + 1},
-                {"index0", i},
-                {"revindex", length - i},
-                {"revindex0", length - i - 1},
-                {"first", i == 0},
-                {"last", i + 1 == length},
-                {"length", length},
-                {"depth", int64_t{1}},
-                {"depth0", int64_t{0}},
-                {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("previtem")},
-                {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("nextitem")},
-                {"cycle", Value::function("cycle", [i](CallArgs& a) {
-                   if (a.positional.empty()) throw TemplateError("loop.cycle needs at least one value");
-                   return a.positional[static_cast<size_t>(i) % a.positional.size()];
-                 })}};
-      assign(*frame, "loop", Value(std::move(loop)));
+      if (n.uses_loop) {
+        Map loop{{Value("index"), Value(i + 1)},
+                 {Value("index0"), Value(i)},
+                 {Value("revindex"), Value(length - i)},
+                 {Value("revindex0"), Value(length - i - 1)},
+                 {Value("first"), Value(i == 0)},
+                 {Value("last"), Value(i + 1 == length)},
+                 {Value("length"), Value(length)},
+                 {Value("depth"), Value(int64_t{1})},
+                 {Value("depth0"), Value(int64_t{0})},
+                 {Value("previtem"), i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("previtem")},
+                 {Value("nextitem"), i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("nextitem")},
+                 {Value("cycle"), Value::function("cycle", [i](CallArgs& a) {
+                    if (a.positional.empty()) throw TemplateError("loop.cycle needs at least one value");
+                    return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                  })}};
+        frame->emplace_back("loop", Value(std::move(loop)));
+      }
       scopes_.push_back(frame);
       Flow flow;
       try {
@@ -576,15 +580,6 @@ class Renderer {
 
 }  // namespace
 
-Template::Template(std::string_view source, std::string name, TemplateOptions options)
-    : name_(std::move(name)), options_(options) {
-  // jinja2's keep_trailing_newline = False: one newline at the very end is not output.
-  if (source.size() >= 2 && source.substr(source.size() - 2) == "\r\n") source.remove_suffix(2);
-  else if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
-  const auto tokens = tokenize(source, name_, {.trim_blocks = options_.trim_blocks, .lstrip_blocks = options_.lstrip_blocks});
-  body_ = std::make_shared<const Body>(parse(tokens, name_));
-}
-
 namespace {
 
 bool contains_generation(const Body& body) {
@@ -597,7 +592,56 @@ bool contains_generation(const Body& body) {
   return false;
 }
 
+bool mentions(const Expr* e, const std::string& name) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::name && e->name == name) return true;
+  if (mentions(e->a.get(), name) || mentions(e->b.get(), name) || mentions(e->c.get(), name)) return true;
+  for (const auto& item : e->items) {
+    if (mentions(item.get(), name)) return true;
+  }
+  for (const auto& [key, value] : e->keywords) {
+    if (mentions(value.get(), name)) return true;
+  }
+  return false;
+}
+
+bool mentions(const Body& body, const std::string& name) {
+  for (const auto& node : body) {
+    if (mentions(node->expr.get(), name) || mentions(node->filter.get(), name)) return true;
+    if (mentions(node->body, name) || mentions(node->else_body, name)) return true;
+    for (const auto& [condition, branch] : node->branches) {
+      if (mentions(condition.get(), name) || mentions(branch, name)) return true;
+    }
+    for (const auto& [parameter, fallback] : node->params) {
+      if (mentions(fallback.get(), name)) return true;
+    }
+  }
+  return false;
+}
+
+// Most loops of chat templates never look at `loop`; making its dozen members for every
+// iteration is most of what such a loop costs. (Conservative: any mention of the name counts.)
+void note_loop_use(Body& body) {
+  for (auto& node : body) {
+    if (node->kind == Node::Kind::for_loop) node->uses_loop = mentions(node->body, "loop");
+    note_loop_use(node->body);
+    note_loop_use(node->else_body);
+    for (auto& branch : node->branches) note_loop_use(branch.second);
+  }
+}
+
 }  // namespace
+
+Template::Template(std::string_view source, std::string name, TemplateOptions options)
+    : name_(std::move(name)), options_(options) {
+  // jinja2's keep_trailing_newline = False: one newline at the very end is not output.
+  if (source.size() >= 2 && source.substr(source.size() - 2) == "\r\n") source.remove_suffix(2);
+  else if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
+  const auto tokens = tokenize(source, name_, {.trim_blocks = options_.trim_blocks, .lstrip_blocks = options_.lstrip_blocks});
+  auto body = parse(tokens, name_);
+  note_loop_use(body);
+  body_ = std::make_shared<const Body>(std::move(body));
+}
 
 bool Template::has_generation_blocks() const { return contains_generation(*body_); }
 
