@@ -134,7 +134,8 @@ std::string case_upper(const std::string& s) { return unicode_upper(s); }
 std::string capitalize(const std::string& s) { return unicode_capitalize(s); }
 std::string title(const std::string& s) { return unicode_title(s); }
 
-// str.strip(chars) over code points: Unicode whitespace by default, else the characters of `chars`.
+// str.strip(chars) over code points: Unicode whitespace by default, else the characters of
+// `chars`. Scans inward from both ends only (chat templates trim every message).
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
   if (!chars.is_string() && !chars.is_none() && !(chars.is_undefined() && chars.undefined_name().empty())) {
     throw TemplateError("strip arg must be None or str, not " + chars.type_name());
@@ -146,12 +147,18 @@ std::string strip(const std::string& s, const Value& chars, bool left, bool righ
   auto strip_this = [&](uint32_t c) {
     return chars.is_string() ? std::find(set.begin(), set.end(), c) != set.end() : char_is(c, CharClass::space);
   };
-  const auto points = decode_utf8(s);
-  size_t begin = 0, end = points.size();
-  while (left && begin < end && strip_this(points[begin].value)) ++begin;
-  while (right && end > begin && strip_this(points[end - 1].value)) --end;
-  if (begin == end) return "";
-  return s.substr(points[begin].begin, points[end - 1].end - points[begin].begin);
+  size_t begin = 0, end = s.size();
+  while (left && begin < end) {
+    const CodePoint c = code_point_at(s, begin);
+    if (!strip_this(c.value)) break;
+    begin = c.end;
+  }
+  while (right && end > begin) {
+    const CodePoint c = code_point_before(s, end);
+    if (!strip_this(c.value)) break;
+    end = c.begin;
+  }
+  return s.substr(begin, end - begin);
 }
 
 const std::string& string_argument(const Value& v, const char* what) {
@@ -431,7 +438,10 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     return python_json(input, options);
   }
   if (name == "length" || name == "count") {
-    if (input.is_string()) return static_cast<int64_t>(code_points(input.as_string()).size());
+    if (input.is_string()) {  // code points: the bytes that do not continue a UTF-8 sequence
+      const auto& text = input.as_string();
+      return static_cast<int64_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+    }
     if (input.is_list()) return static_cast<int64_t>(input.as_list().size());
     if (input.is_dict()) return static_cast<int64_t>(input.as_dict().size());
     if (input.is_undefined()) return int64_t{0};

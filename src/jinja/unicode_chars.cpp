@@ -59,4 +59,18 @@ std::vector<CodePoint> decode_utf8(std::string_view text) {
   return out;
 }
 
+CodePoint code_point_at(std::string_view text, size_t at) {
+  int32_t i = static_cast<int32_t>(at);
+  UChar32 c;
+  U8_NEXT(text.data(), i, static_cast<int32_t>(text.size()), c);
+  return {c < 0 ? 0xFFFDu : static_cast<uint32_t>(c), at, static_cast<size_t>(i)};
+}
+
+CodePoint code_point_before(std::string_view text, size_t end) {
+  int32_t i = static_cast<int32_t>(end);
+  UChar32 c;
+  U8_PREV(text.data(), 0, i, c);
+  return {c < 0 ? 0xFFFDu : static_cast<uint32_t>(c), static_cast<size_t>(i), end};
+}
+
 }  // namespace superoffload::jinja

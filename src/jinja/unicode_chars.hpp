@@ -29,5 +29,8 @@ struct CodePoint {
 };
 // The code points of UTF-8 text; a byte that starts no valid sequence counts as one U+FFFD.
 std::vector<CodePoint> decode_utf8(std::string_view text);
+// The code point that starts at byte `at`, and the one that ends at byte `end` (0 < end).
+CodePoint code_point_at(std::string_view text, size_t at);
+CodePoint code_point_before(std::string_view text, size_t end);
 
 }  // namespace superoffload::jinja
