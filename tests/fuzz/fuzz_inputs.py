@@ -433,7 +433,8 @@ def chat_cases(rng, base):
                                              b"{% endfor %}"),
                       ("undefined attribute", b"{{ nothing.at_all }}" + template),
                       ("tojson of a function", b"{{ range | tojson }}" + template),
-                      ("deep nesting", b"{{ " + b"(" * 5000 + b"1" + b")" * 5000 + b" }}")):
+                      ("deep nesting", b"{{ " + b"(" * 5000 + b"1" + b")" * 5000 + b" }}"),
+                      ("bytes that are not UTF-8", b"{{ 'caf\xe9' }}" + template)):
         out.append(case(f"template: {name}", INVALID, chat_template=bad))
     for k in range(2):
         out.append(case(f"template bit flips #{k}", ANY, chat_template=flip_bits(rng, template, rng.randrange(1, 6))))
