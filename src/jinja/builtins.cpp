@@ -521,14 +521,25 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     }
     if (!input.is_string()) return fallback;
     const auto text = strip(input.as_string(), Value(), true, true);
-    const int radix = base.is_int() ? static_cast<int>(base.as_int()) : 10;
-    if (radix != 10 && (radix < 2 || radix > 36)) throw TemplateError("int() base must be >= 2 and <= 36, or 0");
+    int radix = base.is_int() ? static_cast<int>(base.as_int()) : 10;
+    if (radix != 0 && (radix < 2 || radix > 36)) throw TemplateError("int() base must be >= 2 and <= 36, or 0");
+    // Python's prefixes: 0x, 0o, 0b where the base allows them (base 0 reads them, else decimal).
+    std::string digits = text;
+    const size_t sign = !digits.empty() && (digits[0] == '+' || digits[0] == '-') ? 1 : 0;
+    if (digits.size() > sign + 2 && digits[sign] == '0') {
+      const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(digits[sign + 1])));
+      const int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+      if (prefixed && (radix == 0 || radix == prefixed)) {
+        digits.erase(sign, 2);
+        radix = prefixed;
+      }
+    }
+    if (radix == 0) radix = 10;
     errno = 0;
     char* end = nullptr;
-    const long long whole = std::strtoll(text.c_str(), &end, radix);
-    if (!text.empty() && end == text.c_str() + text.size() && errno == 0 && text.find_first_of(" \t") == std::string::npos) {
-      return static_cast<int64_t>(whole);
-    }
+    const long long whole = std::strtoll(digits.c_str(), &end, radix);
+    const bool plain_digits = digits.size() > sign && std::isalnum(static_cast<unsigned char>(digits[sign]));
+    if (plain_digits && end == digits.c_str() + digits.size() && errno == 0) return static_cast<int64_t>(whole);
     const auto real = python_float_of(text);
     if (real && std::isfinite(*real) && std::fabs(*real) < 9.2e18) return static_cast<int64_t>(*real);
     return fallback;

@@ -83,7 +83,7 @@ CASES = [
     ("{{ ✓ }}", {}),
     ("{{ v | tojson(ensure_ascii=true) }} {{ v | tojson(separators=(',', ':')) }} {{ v | tojson(indent='\t') }} {{ v | tojson(true, 1) }}", {"v": {"é": ["😀", "\u2028", 1.5e300]}}),
     ("{{ 2.5 | round }} {{ 3.5 | round }} {{ 2.675 | round(2) }} {{ -0.5 | round }} {{ 1234.5 | round(-2) }} {{ 7 | round(1) }} {{ 2.5 | round(method='floor') }} {{ 2.5 | round(none) }}", {}),
-    ("{{ '3.5' | int }} {{ ' 42 ' | int }} {{ '0x1A' | int(0, 16) }} {{ 'x' | int('d') }} {{ '1_000' | float }} {{ 'inf' | float }} {{ '-nan' | float }} {{ 'abc' | float(none) }}", {}),
+    ("{{ '3.5' | int }} {{ ' 42 ' | int }} {{ '0x1A' | int(0, 16) }} {{ '0o17' | int(base=0) }} {{ '-0b101' | int(base=0) }} {{ '0x1f' | int(base=2) }} {{ '010' | int(base=0) }} {{ ' -7 ' | int }} {{ 'x' | int('d') }} {{ '1_000' | float }} {{ 'inf' | float }} {{ '-nan' | float }} {{ 'abc' | float(none) }}", {}),
     ("{{ \"it's a re-do (x) o'neil [y] <z>\" | title }}|{{ \"it's a re-do\".title() }}|{{ 'ǆ émile' | title }}", {}),
     ("{{ 'a\\r\\nb\\u2028c\\x1cd\\n'.splitlines() }}{{ 'a\\r\\nb\\n'.splitlines(true) }}|{{ '\\u3000 x \\xa0'.strip() }}|{{ 'éaé'.strip('é') }}|{{ 'a b\\u3000c'.split() }}", {}),
     ("{{ 'a,b,c'.rsplit(',', 1) }}{{ 'a  b c'.rsplit(none, 1) }}{{ 'Ⅻ²٣'.isdigit() }}{{ 'é'.isalpha() }}{{ '\\u3000'.isspace() }}{{ 'x1²'.isalnum() }}", {}),
