@@ -158,6 +158,12 @@ ByteLevelBpe::ByteLevelBpe(const nlohmann::json& tokenizer, const std::string& s
   SpecialTokens special;
   parse_post_processor(tokenizer.value("post_processor", nlohmann::json()), source, special);
   set_special(std::move(special));
+  // A vocabulary token is written in the byte-level alphabet: one code point per byte of text.
+  token_bytes_.reserve(id_to_token_.size());
+  for (const auto& token : id_to_token_) {
+    token_bytes_.push_back(static_cast<uint32_t>(
+        std::count_if(token.begin(), token.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; })));
+  }
 }
 
 int64_t ByteLevelBpe::vocab_size() const { return static_cast<int64_t>(id_to_token_.size()); }
@@ -207,6 +213,52 @@ std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
   }
   encode_plain(text.substr(plain_begin), ids);
   return ids;
+}
+
+std::optional<Tokenizer::Encoding> ByteLevelBpe::encode_text_with_offsets(std::string_view text) const {
+  Encoding out;
+  size_t plain_begin = 0, position = 0;
+  while (position < text.size()) {  // the walk of encode_text, keeping where each token came from
+    const AddedToken* added = added_at(text, position);
+    if (added == nullptr) {
+      ++position;
+      continue;
+    }
+    size_t plain_end = position;
+    if (added->lstrip) {
+      while (plain_end > plain_begin && is_space(text[plain_end - 1])) --plain_end;
+    }
+    if (!encode_plain_with_offsets(text, plain_begin, plain_end, out)) return std::nullopt;
+    out.ids.push_back(added->id);
+    out.offsets.emplace_back(position, position + added->content.size());
+    position += added->content.size();
+    if (added->rstrip) {
+      while (position < text.size() && is_space(text[position])) ++position;
+    }
+    plain_begin = position;
+  }
+  if (!encode_plain_with_offsets(text, plain_begin, text.size(), out)) return std::nullopt;
+  return out;
+}
+
+bool ByteLevelBpe::encode_plain_with_offsets(std::string_view text, size_t begin, size_t end, Encoding& out) const {
+  if (end <= begin) return true;
+  const std::string_view plain = text.substr(begin, end - begin);
+  const std::string normalized = normalizer_.apply(plain);
+  if (normalized != plain) return false;  // NFC moved characters: offsets would not be the text's
+  size_t at = begin;
+  std::vector<int32_t> ids;
+  for (const auto& piece : pre_tokenizer_.apply(normalized)) {
+    ids.clear();
+    encode_piece(piece, ids);
+    for (const int32_t id : ids) {
+      if (id < 0 || static_cast<size_t>(id) >= token_bytes_.size()) return false;
+      out.ids.push_back(id);
+      out.offsets.emplace_back(at, at + token_bytes_[static_cast<size_t>(id)]);
+      at += token_bytes_[static_cast<size_t>(id)];
+    }
+  }
+  return at == end;  // the pieces covered the text exactly (no prefix space added, nothing dropped)
 }
 
 void ByteLevelBpe::encode_plain(std::string_view text, std::vector<int32_t>& out) const {

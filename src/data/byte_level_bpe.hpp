@@ -29,6 +29,7 @@ class ByteLevelBpe final : public Tokenizer {
   int64_t vocab_size() const override;
   std::optional<int32_t> token_id(std::string_view token) const override;
   std::string kind() const override { return "byte-level BPE (tokenizer.json)"; }
+  std::optional<Encoding> encode_text_with_offsets(std::string_view text) const override;
 
  private:
   struct AddedToken {
@@ -40,6 +41,8 @@ class ByteLevelBpe final : public Tokenizer {
   // Applies the merges to a piece's symbols in HF's order, in O(n log n).
   void merge_symbols(std::vector<int32_t>& symbols) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // encode_plain of text[begin, end) with offsets into `text`; false where they cannot be exact.
+  bool encode_plain_with_offsets(std::string_view text, size_t begin, size_t end, Encoding& out) const;
   // The added token matching at `position` (longest first), or nullptr.
   const AddedToken* added_at(std::string_view text, size_t position) const;
 
@@ -48,6 +51,7 @@ class ByteLevelBpe final : public Tokenizer {
   PreTokenizer pre_tokenizer_;
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
+  std::vector<uint32_t> token_bytes_;  // the bytes of text each vocabulary token stands for
   // (left id, right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
   bool ignore_merges_ = false;

@@ -130,10 +130,12 @@ TokenizedRecord RecordTokenizer::tokenize(const nlohmann::ordered_json& record, 
 }
 
 // The rendered conversation, tokenized as HF tokenizes it (the whole text, special tokens
-// written in it recognised, none added), with the assistant's bytes mapped to tokens. The
-// text is tokenized in pieces cut at the assistant spans' edges, which must give exactly the
-// whole text's tokens: an edge inside a token has no exact token mask, and the record is
-// skipped.
+// written in it recognised, none added), with the assistant's bytes mapped to tokens. Where
+// the tokenizer gives offsets, a token carries loss when any of its bytes is the assistant's
+// (HF's return_assistant_tokens_mask marks char_to_token of a span's first and last character
+// and all between: the same tokens). Otherwise the text is tokenized in pieces cut at the
+// spans' edges, which must give exactly the whole text's tokens: an edge inside a token has no
+// exact mask then, and the record is skipped.
 TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& record, const Where& where) const {
   TokenizedRecord out;
   RenderedConversation rendered;
@@ -148,6 +150,17 @@ TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& rec
   }
   if (data_.train_on == config::TrainOn::all) {
     append(out.tokens, out.loss_mask, tokenizer_.encode_text(rendered.text), 1);
+    return out;
+  }
+  if (auto encoded = tokenizer_.encode_text_with_offsets(rendered.text)) {
+    size_t span = 0;  // spans and tokens both in text order
+    for (size_t i = 0; i < encoded->ids.size(); ++i) {
+      const auto [begin, end] = encoded->offsets[i];
+      while (span < rendered.assistant.size() && rendered.assistant[span].second <= begin) ++span;
+      const bool assistant = span < rendered.assistant.size() && rendered.assistant[span].first < end;
+      out.tokens.push_back(static_cast<uint32_t>(encoded->ids[i]));
+      out.loss_mask.push_back(assistant ? 1 : 0);
+    }
     return out;
   }
   size_t at = 0;

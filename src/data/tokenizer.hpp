@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace superoffload::data {
@@ -32,6 +33,15 @@ class Tokenizer {
   // The id of a token string, if it is in the vocabulary (for special-token names).
   virtual std::optional<int32_t> token_id(std::string_view token) const = 0;
   virtual std::string kind() const = 0;  // for logs: "byte-level BPE (tokenizer.json)", ...
+
+  // encode_text's ids with the byte range [begin, end) of `text` each came from (HF's offset
+  // mapping), or nothing where this tokenizer cannot say exactly (a normalizer that changed the
+  // text, a pre-tokenizer that added characters, an unknown token): callers then fall back.
+  struct Encoding {
+    std::vector<int32_t> ids;
+    std::vector<std::pair<size_t, size_t>> offsets;
+  };
+  virtual std::optional<Encoding> encode_text_with_offsets(std::string_view /*text*/) const { return std::nullopt; }
 
   // encode_text with the special tokens the model adds (HF: add_special_tokens=True).
   std::vector<int32_t> encode(std::string_view text) const;

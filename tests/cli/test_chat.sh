@@ -104,6 +104,60 @@ for case in ("own", "llama3", "chatml", "phi4", "harmony", "seed_oss", "mistral"
     assert row == rows.shape[0], (case, row, rows.shape)
     print(f"{case}: {compared} conversations, tokens and assistant masks equal to HF transformers'")
 PY
+# A tokenizer with merges (trained here with HF tokenizers) and a template whose generation
+# block begins inside a word: the token that straddles the edge carries loss, as HF's
+# char_to_token marking gives it (no record skipped).
+"$SO_PYTHON" - "$tmp/chat.jsonl" "$tmp/bpe" <<'PY' || fail "training the BPE tokenizer"
+import json, os, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+texts = [m["content"] if "messages" in r else m["value"] for r in map(json.loads, open(sys.argv[1]))
+         for m in r.get("messages", r.get("conversations", []))]
+tokenizer = Tokenizer(models.BPE())
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tokenizer.decoder = decoders.ByteLevel()
+tokenizer.train_from_iterator(texts * 20, trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>", "<pad>"],
+                                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+os.makedirs(sys.argv[2], exist_ok=True)
+tokenizer.save(f"{sys.argv[2]}/tokenizer.json")
+json.dump({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "tokenizer_class": "PreTrainedTokenizerFast"},
+          open(f"{sys.argv[2]}/tokenizer_config.json", "w"))
+PY
+cat > "$tmp/midword.jinja" <<'JINJA'
+{%- for m in messages %}{{ bos_token }}{{ m.role }}: {% if m.role == 'assistant' %}{{ m.content[:2] }}{% generation %}{{ m.content[2:] }}{{ eos_token }}{% endgeneration %}{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}
+JINJA
+out=$("$MPIEXEC" -np 2 "$SO_BIN" prepare "${common[@]}" --set data.tokenizer="$tmp/bpe" --set data.chat_template="$tmp/midword.jinja" \
+      --output "$tmp/midword.h5" 2>&1) || fail "prepare with a merges tokenizer: $out"
+grep -q "chat record(s) skipped" <<< "$out" && fail "a record was skipped for an edge inside a token: $out"
+"$SO_PYTHON" - "$tmp" <<'PY' || fail "tokens or masks differ from HF's where an assistant edge falls inside a token"
+import json, sys, h5py
+from transformers import AutoTokenizer
+tmp = sys.argv[1]
+tokenizer = AutoTokenizer.from_pretrained(f"{tmp}/bpe")
+template = open(f"{tmp}/midword.jinja").read()
+roles = {"system": "system", "human": "user", "gpt": "assistant"}
+records = [json.loads(line) for line in open(f"{tmp}/chat.jsonl")]
+f = h5py.File(f"{tmp}/midword.h5", "r")
+rows, masks = f["tokens"][...], f["loss_mask"][...]
+straddling = 0
+for row, r in enumerate(records):
+    messages = r["messages"] if "messages" in r else [{"role": roles[t["from"]], "content": t["value"]} for t in r["conversations"]]
+    out = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    assert rows[row][:len(ids)].tolist() == ids, f"row {row}: tokens"
+    assert masks[row][:len(ids)].tolist() == mask, f"row {row}: mask\n{masks[row][:len(ids)].tolist()}\n{mask}"
+    text = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+    edges, at = [], 0  # where each generation block begins: two characters into an assistant turn
+    for m in messages:
+        at = text.index(m["content"], at)
+        if m["role"] == "assistant":
+            edges.append(at + 2)
+        at += len(m["content"])
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    straddling += sum(1 for a, b in offsets for e in edges if a < e < b)
+assert straddling > 0, "no token straddled an assistant edge: the case tests nothing"
+print(f"midword: {len(records)} conversations equal to HF's, {straddling} tokens straddling an edge")
+PY
 for train_on in assistant all; do
   train_tiny "$tmp/train_$train_on" --set data.path="$tmp/chat.jsonl" --set data.seq_len=128 --set training.max_steps=2 \
     --set data.train_on=$train_on --set data.packing=true
