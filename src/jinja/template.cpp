@@ -170,16 +170,15 @@ class Renderer {
 
   Flow exec_for(const Node& n) {
     const Value iterable = eval(*n.expr);
-    List items;
-    if (iterable.is_list()) {
-      items = iterable.as_list();
-    } else if (iterable.is_dict()) {
-      for (const auto& [key, value] : iterable.as_dict()) items.emplace_back(key);
+    List owned;  // a list is iterated where it is (values are never changed in place); others are made one
+    if (iterable.is_dict()) {
+      for (const auto& [key, value] : iterable.as_dict()) owned.emplace_back(key);
     } else if (iterable.is_string()) {
-      for (auto& c : code_points(iterable.as_string())) items.emplace_back(std::move(c));
-    } else if (!iterable.is_undefined()) {
+      for (auto& c : code_points(iterable.as_string())) owned.emplace_back(std::move(c));
+    } else if (!iterable.is_list() && !iterable.is_undefined()) {
       throw TemplateError("'" + iterable.type_name() + "' object is not iterable");
     }
+    const List* iterated = iterable.is_list() ? &iterable.as_list() : &owned;
     auto bind = [&](Frame& frame, const Value& item) {
       if (n.targets.size() == 1) {
         assign(frame, n.targets[0], item);
@@ -192,15 +191,17 @@ class Renderer {
     };
     if (n.filter) {  // the loop's own filter decides what it iterates (and loop.length)
       List kept;
-      for (const auto& item : items) {
+      for (const auto& item : *iterated) {
         scopes_.push_back(std::make_shared<Frame>());
         bind(innermost(), item);
         const bool keep = eval(*n.filter).truthy();
         scopes_.pop_back();
         if (keep) kept.push_back(item);
       }
-      items = std::move(kept);
+      owned = std::move(kept);
+      iterated = &owned;
     }
+    const List& items = *iterated;
     if (items.empty()) return exec(n.else_body);
     const auto length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
