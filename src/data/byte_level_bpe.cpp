@@ -190,8 +190,8 @@ const ByteLevelBpe::AddedToken* ByteLevelBpe::added_at(std::string_view text, si
   return nullptr;
 }
 
-std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
-  std::vector<int32_t> ids;
+bool ByteLevelBpe::split_at_added(std::string_view text, const std::function<bool(size_t, size_t)>& plain,
+                                  const std::function<void(const AddedToken&, size_t)>& added_token) const {
   size_t plain_begin = 0, position = 0;
   while (position < text.size()) {
     const AddedToken* added = added_at(text, position);
@@ -203,41 +203,38 @@ std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
     if (added->lstrip) {
       while (plain_end > plain_begin && is_space(text[plain_end - 1])) --plain_end;
     }
-    encode_plain(text.substr(plain_begin, plain_end - plain_begin), ids);
-    ids.push_back(added->id);
+    if (!plain(plain_begin, plain_end)) return false;
+    added_token(*added, position);
     position += added->content.size();
     if (added->rstrip) {
       while (position < text.size() && is_space(text[position])) ++position;
     }
     plain_begin = position;
   }
-  encode_plain(text.substr(plain_begin), ids);
+  return plain(plain_begin, text.size());
+}
+
+std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
+  std::vector<int32_t> ids;
+  split_at_added(
+      text,
+      [&](size_t begin, size_t end) {
+        encode_plain(text.substr(begin, end - begin), ids);
+        return true;
+      },
+      [&](const AddedToken& added, size_t) { ids.push_back(added.id); });
   return ids;
 }
 
 std::optional<Tokenizer::Encoding> ByteLevelBpe::encode_text_with_offsets(std::string_view text) const {
   Encoding out;
-  size_t plain_begin = 0, position = 0;
-  while (position < text.size()) {  // the walk of encode_text, keeping where each token came from
-    const AddedToken* added = added_at(text, position);
-    if (added == nullptr) {
-      ++position;
-      continue;
-    }
-    size_t plain_end = position;
-    if (added->lstrip) {
-      while (plain_end > plain_begin && is_space(text[plain_end - 1])) --plain_end;
-    }
-    if (!encode_plain_with_offsets(text, plain_begin, plain_end, out)) return std::nullopt;
-    out.ids.push_back(added->id);
-    out.offsets.emplace_back(position, position + added->content.size());
-    position += added->content.size();
-    if (added->rstrip) {
-      while (position < text.size() && is_space(text[position])) ++position;
-    }
-    plain_begin = position;
-  }
-  if (!encode_plain_with_offsets(text, plain_begin, text.size(), out)) return std::nullopt;
+  const bool exact = split_at_added(
+      text, [&](size_t begin, size_t end) { return encode_plain_with_offsets(text, begin, end, out); },
+      [&](const AddedToken& added, size_t position) {
+        out.ids.push_back(added.id);
+        out.offsets.emplace_back(position, position + added.content.size());
+      });
+  if (!exact) return std::nullopt;
   return out;
 }
 

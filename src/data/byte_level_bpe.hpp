@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +42,11 @@ class ByteLevelBpe final : public Tokenizer {
   // Applies the merges to a piece's symbols in HF's order, in O(n log n).
   void merge_symbols(std::vector<int32_t>& symbols) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // Walks `text` as HF splits out added tokens (lstrip/rstrip eat the spaces around them):
+  // `plain(begin, end)` for each stretch between them (stops the walk, returning false, when it
+  // does), `added_token(token, position)` for each.
+  bool split_at_added(std::string_view text, const std::function<bool(size_t, size_t)>& plain,
+                      const std::function<void(const AddedToken&, size_t)>& added_token) const;
   // encode_plain of text[begin, end) with offsets into `text`; false where they cannot be exact.
   bool encode_plain_with_offsets(std::string_view text, size_t begin, size_t end, Encoding& out) const;
   // The added token matching at `position` (longest first), or nullptr.
