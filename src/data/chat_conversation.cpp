@@ -12,8 +12,8 @@ namespace superoffload::data {
 namespace {
 
 // ShareGPT's speakers, as HF datasets and LLaMA-Factory map them.
-const std::map<std::string, std::string>& sharegpt_roles() {
-  static const std::map<std::string, std::string> roles{
+const std::map<std::string, std::string, std::less<>>& sharegpt_roles() {
+  static const std::map<std::string, std::string, std::less<>> roles{
       {"human", "user"},          {"user", "user"},           {"gpt", "assistant"},
       {"assistant", "assistant"}, {"chatgpt", "assistant"},   {"bing", "assistant"},
       {"bard", "assistant"},      {"system", "system"},       {"tool", "tool"},
@@ -53,44 +53,42 @@ Conversation parse_conversation(const nlohmann::ordered_json& record, const std:
     refuse(where, std::string("\"") + (sharegpt ? "conversations" : "messages") + "\" must be a non-empty list of turns",
            "write the turns as [{\"role\": \"user\", \"content\": \"...\"}, {\"role\": \"assistant\", ...}]");
   }
-  const std::set<std::string> roles{"system", "developer", "user", "assistant", "tool", "ipython", "function"};
+  static const std::set<std::string, std::less<>> roles{"system", "developer", "user", "assistant", "tool", "ipython", "function"};
+  out.messages.reserve(turns.size());
   for (size_t i = 0; i < turns.size(); ++i) {
     const auto& turn = turns[i];
-    const std::function<std::string()> at = [&where, i] { return where() + ": turn " + std::to_string(i); };
-    if (!turn.is_object()) refuse(at, "a turn must be a JSON object, not " + std::string(turn.type_name()), "");
-    nlohmann::ordered_json message = nlohmann::ordered_json::object();
-    if (sharegpt) {
-      if (!turn.contains("from") || !turn.at("from").is_string()) {
-        refuse(at, "a ShareGPT turn needs \"from\" (human, gpt, system, tool)", "");
-      }
-      const auto speaker = turn.at("from").get<std::string>();
-      const auto role = sharegpt_roles().find(speaker);
-      if (role == sharegpt_roles().end()) {
-        refuse(at, "unknown ShareGPT speaker \"" + speaker + "\"", "use human, gpt, system, tool or function_call");
-      }
-      message["role"] = role->second;
-      message["content"] = turn.contains("value") ? turn.at("value") : nlohmann::ordered_json();
-      for (auto it = turn.begin(); it != turn.end(); ++it) {
-        if (it.key() != "from" && it.key() != "value") message[it.key()] = it.value();
-      }
-    } else {
-      if (!turn.contains("role") || !turn.at("role").is_string()) {
-        refuse(at, "a message needs \"role\" (system, user, assistant, tool)", "");
-      }
-      const auto role = turn.at("role").get<std::string>();
-      if (!roles.count(role)) refuse(at, "unknown role \"" + role + "\"", "use system, developer, user, assistant or tool");
-      message = turn;
+    auto at = [&where, i] { return where() + ": turn " + std::to_string(i); };
+    if (!turn.is_object()) refuse(at(), "a turn must be a JSON object, not " + std::string(turn.type_name()), "");
+    const auto content = turn.find(sharegpt ? "value" : "content");
+    if (content != turn.end() && !content->is_string() && !content->is_array() && !content->is_null()) {
+      refuse(at(), "\"content\" must be a string, a list of parts or null, not " + std::string(content->type_name()), "");
     }
-    if (message.contains("content")) {
-      const auto& content = message.at("content");
-      if (!content.is_string() && !content.is_array() && !content.is_null()) {
-        refuse(at, "\"content\" must be a string, a list of parts or null, not " + std::string(content.type_name()), "");
+    if (!sharegpt) {
+      const auto role = turn.find("role");
+      if (role == turn.end() || !role->is_string()) refuse(at(), "a message needs \"role\" (system, user, assistant, tool)", "");
+      if (!roles.count(role->get_ref<const std::string&>())) {
+        refuse(at(), "unknown role \"" + role->get<std::string>() + "\"", "use system, developer, user, assistant or tool");
       }
+      out.messages.push_back(jinja::Value::from_json(turn));
+      continue;
     }
-    out.messages.push_back(std::move(message));
+    const auto speaker = turn.find("from");
+    if (speaker == turn.end() || !speaker->is_string()) refuse(at(), "a ShareGPT turn needs \"from\" (human, gpt, system, tool)", "");
+    const auto role = sharegpt_roles().find(speaker->get_ref<const std::string&>());
+    if (role == sharegpt_roles().end()) {
+      refuse(at(), "unknown ShareGPT speaker \"" + speaker->get<std::string>() + "\"", "use human, gpt, system, tool or function_call");
+    }
+    jinja::Map message;
+    message.reserve(turn.size());
+    message.emplace_back("role", role->second);
+    message.emplace_back("content", content != turn.end() ? jinja::Value::from_json(*content) : jinja::Value(nullptr));
+    for (auto it = turn.begin(); it != turn.end(); ++it) {
+      if (it.key() != "from" && it.key() != "value") jinja::insert(message, it.key(), jinja::Value::from_json(it.value()));
+    }
+    out.messages.emplace_back(std::move(message));
   }
-  if (record.contains("tools")) out.tools = record.at("tools");
-  if (record.contains("documents")) out.documents = record.at("documents");
+  if (const auto tools = record.find("tools"); tools != record.end()) out.tools = jinja::Value::from_json(*tools);
+  if (const auto documents = record.find("documents"); documents != record.end()) out.documents = jinja::Value::from_json(*documents);
   return out;
 }
 

@@ -4,6 +4,9 @@
 // assistant, system, tool/function/observation → tool, function_call → assistant). Every
 // other field of a message (tool_calls, reasoning_content, thinking, name, ...) and of the
 // record (tools, documents) passes through to the template as the record has it.
+//
+// The conversation is built as the template's values straight from the record: no JSON copy
+// of it is made on the way (chat preparation is held to half the speed of plain text).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,12 +14,14 @@
 #include <functional>
 #include <string>
 
+#include "jinja/value.hpp"
+
 namespace superoffload::data {
 
 struct Conversation {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;      // null when the record has none
-  nlohmann::ordered_json documents;  // null when the record has none
+  jinja::List messages;                 // dicts: role, content and whatever else the turn has
+  jinja::Value tools = nullptr;         // None when the record has none, as HF passes it
+  jinja::Value documents = nullptr;     // None when the record has none
 };
 
 // Whether a JSON record is a chat record (has "messages" or "conversations").

@@ -60,16 +60,13 @@ ChatRenderer::ChatRenderer(const ChatTemplateSource& source, nlohmann::ordered_j
   has_generation_blocks_ = template_.has_generation_blocks();
 }
 
-struct ChatRenderer::Converted {
-  jinja::List messages;
-  jinja::Value tools, documents;
-};
-
-jinja::Rendered ChatRenderer::render_prefix(const Converted& conversation, size_t messages,
+jinja::Rendered ChatRenderer::render_prefix(const Conversation& conversation, size_t messages,
                                             bool add_generation_prompt) const {
   jinja::Dict names = variables_;
-  names.emplace_back("messages", jinja::List(conversation.messages.begin(),
-                                             conversation.messages.begin() + static_cast<std::ptrdiff_t>(messages)));
+  names.emplace_back("messages", messages == conversation.messages.size()
+                                     ? conversation.messages
+                                     : jinja::List(conversation.messages.begin(),
+                                                   conversation.messages.begin() + static_cast<std::ptrdiff_t>(messages)));
   names.emplace_back("tools", conversation.tools);
   names.emplace_back("documents", conversation.documents);
   names.emplace_back("add_generation_prompt", add_generation_prompt);
@@ -78,10 +75,7 @@ jinja::Rendered ChatRenderer::render_prefix(const Converted& conversation, size_
 
 RenderedConversation ChatRenderer::render(const Conversation& conversation) const {
   const size_t n = conversation.messages.size();
-  Converted converted{{}, jinja::Value::from_json(conversation.tools), jinja::Value::from_json(conversation.documents)};
-  converted.messages.reserve(n);
-  for (const auto& message : conversation.messages) converted.messages.push_back(jinja::Value::from_json(message));
-  auto whole = render_prefix(converted, n, false);
+  auto whole = render_prefix(conversation, n, false);
   RenderedConversation out;
   out.text = std::move(whole.text);
   if (has_generation_blocks_) {
@@ -92,9 +86,10 @@ RenderedConversation ChatRenderer::render(const Conversation& conversation) cons
     return out;
   }
   for (size_t i = 0; i < n; ++i) {
-    if (conversation.messages[i].value("role", "") != "assistant") continue;
-    const auto prompt = render_prefix(converted, i, true).text;
-    const auto through = render_prefix(converted, i + 1, false).text;
+    const auto role = conversation.messages[i].get("role");
+    if (!role.is_string() || role.as_string() != "assistant") continue;
+    const auto prompt = render_prefix(conversation, i, true).text;
+    const auto through = render_prefix(conversation, i + 1, false).text;
     if (through.compare(0, prompt.size(), prompt) != 0 || out.text.compare(0, through.size(), through) != 0) {
       throw NotAPrefix("the template renders the conversation up to turn " + std::to_string(i) +
                        " as something other than a prefix of the whole (it rewrites earlier turns), so the assistant's "

@@ -56,8 +56,7 @@ class ChatRenderer {
   const std::string& origin() const { return origin_; }
 
  private:
-  struct Converted;  // a conversation as the template's values, converted once for all its prefixes
-  jinja::Rendered render_prefix(const Converted& conversation, size_t messages, bool add_generation_prompt) const;
+  jinja::Rendered render_prefix(const Conversation& conversation, size_t messages, bool add_generation_prompt) const;
   jinja::Template template_;
   std::string origin_;
   jinja::Dict variables_;

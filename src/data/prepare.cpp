@@ -53,6 +53,13 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
                           PrepareStats& stats) {
   TokenArrays arrays;
   arrays.row_length = row_length;
+  // Reserved for what the rows will hold (packed: the tokens and a few per cent of padding; else a
+  // row per record) instead of growing two long arrays copy by copy.
+  const size_t expected = packing ? records.tokens.size() + records.tokens.size() / 10 + static_cast<size_t>(row_length)
+                                  : records.lengths.size() * static_cast<size_t>(row_length);
+  arrays.tokens.reserve(expected);
+  arrays.loss_mask.reserve(expected);
+  arrays.doc_offsets.reserve(records.lengths.size());
   int64_t used = 0;  // tokens in the current row
   auto finish_row = [&] {
     arrays.tokens.insert(arrays.tokens.end(), static_cast<size_t>(row_length - used), pad);

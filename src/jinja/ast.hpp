@@ -13,6 +13,10 @@ namespace superoffload::jinja {
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
+// A binary or compare expression's operator, resolved when it is parsed (its spelling stays in
+// Expr::name, for errors).
+enum class Op : unsigned char { none, add, sub, mul, div, floordiv, mod, pow, concat, eq, ne, lt, gt, le, ge, in };
+
 struct Expr {
   enum class Kind {
     literal,    // value
@@ -38,6 +42,7 @@ struct Expr {
   int line = 0, column = 0;
   Value value;
   std::string name;
+  Op op = Op::none;
   std::vector<ExprPtr> items;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   ExprPtr a, b, c;

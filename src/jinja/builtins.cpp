@@ -754,6 +754,12 @@ bool apply_test(const std::string& name, const Value& v, const std::vector<Value
   throw TemplateError("no test named '" + name + "'");
 }
 
+bool is_dict_method(const std::string& name) {
+  static const std::set<std::string, std::less<>> names{"items", "keys",  "values", "get",    "update",
+                                                        "pop",   "setdefault", "clear", "popitem"};
+  return names.count(name) > 0;
+}
+
 Value method(const Value& object, const std::string& name) {
   if (object.is_string()) {
     const std::string s = object.as_string();
@@ -837,6 +843,7 @@ Value method(const Value& object, const std::string& name) {
     return Value::undefined(name);
   }
   if (object.is_dict()) {
+    if (!is_dict_method(name)) return Value::undefined(name);
     const Value dict = object;
     if (name == "items") return bound("dict." + name, [dict](CallArgs& a) { return apply_filter("items", dict, a); });
     if (name == "keys") return bound("dict." + name, [dict](CallArgs&) { return Value(iterate(dict)); });

@@ -17,6 +17,9 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args);
 bool apply_test(const std::string& name, const Value& input, const std::vector<Value>& args);
 // `object.name` where it is a method (str.strip, dict.items, ...), bound to `object`; Undefined otherwise.
 Value method(const Value& object, const std::string& name);
+// Whether `object.name` of a dict is one of its methods (items, get, ...), which jinja2 finds
+// before an entry of that name.
+bool is_dict_method(const std::string& name);
 // range, namespace, dict, raise_exception, strftime_now.
 Dict globals();
 

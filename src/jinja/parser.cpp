@@ -323,7 +323,18 @@ class Parser {
     e->a = std::move(a);
     e->b = std::move(b);
     e->name = std::move(op);
+    e->op = op_of(e->name);
     return e;
+  }
+  static Op op_of(const std::string& spelling) {
+    static const std::pair<const char*, Op> ops[] = {
+        {"+", Op::add}, {"-", Op::sub},  {"*", Op::mul}, {"/", Op::div}, {"//", Op::floordiv}, {"%", Op::mod},
+        {"**", Op::pow}, {"~", Op::concat}, {"==", Op::eq}, {"!=", Op::ne}, {"<", Op::lt},     {">", Op::gt},
+        {"<=", Op::le}, {">=", Op::ge},  {"in", Op::in}};
+    for (const auto& [text, op] : ops) {
+      if (spelling == text) return op;
+    }
+    return Op::none;
   }
 
   ExprPtr parse_or() {

@@ -106,13 +106,17 @@ class Renderer {
   }
 
   // ---- Variables.
-  Value lookup(const std::string& name) const {
+  const Value* find_variable(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
       for (const auto& [key, value] : **it) {
-        if (key == name) return value;
+        if (key == name) return &value;
       }
     }
-    return Value::undefined(name);
+    return nullptr;
+  }
+  Value lookup(const std::string& name) const {
+    const Value* value = find_variable(name);
+    return value ? *value : Value::undefined(name);
   }
   Frame& innermost() { return *scopes_.back(); }
 
@@ -130,10 +134,17 @@ class Renderer {
     try {
       switch (n.kind) {
         case Node::Kind::text: write(n.text); return Flow::normal;
-        case Node::Kind::output: write(eval(*n.expr).str()); return Flow::normal;
+        case Node::Kind::output: {
+          Value scratch;
+          const Value& value = peek(*n.expr, scratch);
+          if (value.is_string()) write(value.as_string());
+          else write(value.str());
+          return Flow::normal;
+        }
         case Node::Kind::if_chain:
           for (const auto& [condition, body] : n.branches) {
-            if (eval(*condition).truthy()) return exec(body);
+            Value scratch;
+            if (peek(*condition, scratch).truthy()) return exec(body);
           }
           return exec(n.else_body);
         case Node::Kind::for_loop: return exec_for(n);
@@ -421,28 +432,29 @@ class Renderer {
   }
   static int64_t int_of(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
 
-  Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return a.str() + b.str();
-    if (op == "%" && a.is_string()) return percent_format(a, b);  // an undefined b is a mapping-like to Python's %
+  Value arithmetic(const Expr& e, const Value& a, const Value& b) {
+    const Op op = e.op;
+    if (op == Op::concat) return a.str() + b.str();
+    if (op == Op::mod && a.is_string()) return percent_format(a, b);  // an undefined b is a mapping-like to Python's %
     if (a.is_undefined() || b.is_undefined()) {
       throw TemplateError("'" + (a.is_undefined() ? a : b).undefined_name() + "' is undefined");
     }
     const bool both_int = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
     if (numeric(a) && numeric(b)) {
-      if (op == "+") return both_int ? Value(int_of(a) + int_of(b)) : Value(a.as_double() + b.as_double());
-      if (op == "-") return both_int ? Value(int_of(a) - int_of(b)) : Value(a.as_double() - b.as_double());
-      if (op == "*") return both_int ? Value(int_of(a) * int_of(b)) : Value(a.as_double() * b.as_double());
-      if (op == "**") {
+      if (op == Op::add) return both_int ? Value(int_of(a) + int_of(b)) : Value(a.as_double() + b.as_double());
+      if (op == Op::sub) return both_int ? Value(int_of(a) - int_of(b)) : Value(a.as_double() - b.as_double());
+      if (op == Op::mul) return both_int ? Value(int_of(a) * int_of(b)) : Value(a.as_double() * b.as_double());
+      if (op == Op::pow) {
         if (both_int && int_of(b) >= 0) return int_power(int_of(a), int_of(b));
         if (a.as_double() < 0 && std::floor(b.as_double()) != b.as_double()) {
           throw TemplateError("a negative number to a fractional power is a complex number, which no chat template needs");
         }
         return std::pow(a.as_double(), b.as_double());
       }
-      if (b.as_double() == 0) throw TemplateError(op == "%" ? "integer modulo by zero" : "division by zero");
-      if (op == "/") return a.as_double() / b.as_double();
-      if (op == "//") return both_int ? Value(floor_div(int_of(a), int_of(b))) : Value(std::floor(a.as_double() / b.as_double()));
-      if (op == "%") {
+      if (b.as_double() == 0) throw TemplateError(op == Op::mod ? "integer modulo by zero" : "division by zero");
+      if (op == Op::div) return a.as_double() / b.as_double();
+      if (op == Op::floordiv) return both_int ? Value(floor_div(int_of(a), int_of(b))) : Value(std::floor(a.as_double() / b.as_double()));
+      if (op == Op::mod) {
         if (both_int) return int_of(a) - floor_div(int_of(a), int_of(b)) * int_of(b);
         // Python's float %: the sign of the divisor, and -0.0 where that is negative.
         double r = std::fmod(a.as_double(), b.as_double());
@@ -451,15 +463,15 @@ class Renderer {
         return r;
       }
     }
-    if (op == "+" && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
-    if (op == "+" && a.is_list() && b.is_list()) {
+    if (op == Op::add && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
+    if (op == Op::add && a.is_list() && b.is_list()) {
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return out;
     }
     // str * int and list * int, either way round; a bool counts as an int, as in Python.
     const bool a_sequence = a.is_string() || a.is_list(), b_sequence = b.is_string() || b.is_list();
-    if (op == "*" && ((a_sequence && (b.is_int() || b.is_bool())) || (b_sequence && (a.is_int() || a.is_bool())))) {
+    if (op == Op::mul && ((a_sequence && (b.is_int() || b.is_bool())) || (b_sequence && (a.is_int() || a.is_bool())))) {
       const Value& sequence = a_sequence ? a : b;
       const int64_t times = int_of(a_sequence ? b : a);
       const size_t unit = sequence.is_string() ? sequence.as_string().size() : sequence.as_list().size() * 16;
@@ -474,7 +486,7 @@ class Renderer {
       }
       return sequence.is_string() ? Value(text) : Value(out);
     }
-    throw TemplateError("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+    throw TemplateError("unsupported operand type(s) for " + e.name + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
   }
 
   bool contains(const Value& container, const Value& item) {
@@ -496,6 +508,48 @@ class Renderer {
     throw TemplateError("argument of type '" + container.type_name() + "' is not iterable");
   }
 
+  // The value of `e` without a copy where it already lives: a literal, a variable, or an entry of
+  // a dict or list that one of those holds (message['content'], message.role, messages[0]).
+  // Chat templates mostly read, compare and print such values. Anything else is computed into
+  // `scratch`. The reference stays valid while the caller evaluates further expressions: they
+  // assign nothing to the scopes that exist (a macro or caller() sets names in frames of its own)
+  // and no list or dict is ever changed in place; namespace attributes, which `set ns.x` does
+  // change, are always copied.
+  const Value& peek(const Expr& e, Value& scratch) {
+    switch (e.kind) {
+      case Expr::Kind::literal: return e.value;
+      case Expr::Kind::name:
+        if (const Value* value = find_variable(e.name)) return *value;
+        break;
+      case Expr::Kind::subscript:
+      case Expr::Kind::attribute: {
+        Value base_scratch, key_scratch;
+        const Value& base = peek(*e.a, base_scratch);
+        const bool attribute_of = e.kind == Expr::Kind::attribute;
+        const Value& key = attribute_of ? key_scratch : peek(*e.b, key_scratch);
+        const Value* entry = nullptr;
+        if (base.is_dict() && (attribute_of ? !is_dict_method(e.name) : key.is_string() || key.is_int())) {
+          entry = attribute_of ? find(base.as_dict(), std::string_view(e.name)) : find(base.as_dict(), key);
+        } else if (base.is_list() && !attribute_of && key.is_int()) {
+          const auto size = static_cast<int64_t>(base.as_list().size());
+          const int64_t index = key.as_int() < 0 ? key.as_int() + size : key.as_int();
+          if (index >= 0 && index < size) entry = &base.as_list()[static_cast<size_t>(index)];
+        }
+        if (entry && &base != &base_scratch) return *entry;
+        try {
+          if (entry) scratch = *entry;  // the container is a temporary: keep the entry
+          else scratch = attribute_of ? attribute(base, e.name) : subscript(base, key);
+        } catch (const std::exception&) {
+          rethrow_at(e.line, e.column);
+        }
+        return scratch;
+      }
+      default: break;
+    }
+    scratch = eval(e);
+    return scratch;
+  }
+
   Value eval(const Expr& e) {
     try {
       switch (e.kind) {
@@ -514,8 +568,14 @@ class Renderer {
           }
           return dict;
         }
-        case Expr::Kind::attribute: return attribute(eval(*e.a), e.name);
-        case Expr::Kind::subscript: return subscript(eval(*e.a), eval(*e.b));
+        case Expr::Kind::attribute: {
+          Value base;
+          return attribute(peek(*e.a, base), e.name);
+        }
+        case Expr::Kind::subscript: {
+          Value base, key;
+          return subscript(peek(*e.a, base), peek(*e.b, key));
+        }
         case Expr::Kind::slice: return slice(eval(*e.a), e);
         case Expr::Kind::call: {
           const Value callee = eval(*e.a);
@@ -523,17 +583,22 @@ class Renderer {
           return invoke(callee, args);
         }
         case Expr::Kind::filter: {
-          const Value input = e.a ? eval(*e.a) : Value();
+          Value scratch;
+          const Value& input = e.a ? peek(*e.a, scratch) : scratch;
           CallArgs args = arguments(e);
           return apply_filter(e.name, input, args);
         }
         case Expr::Kind::test: {
-          const Value input = e.a->kind == Expr::Kind::name ? lookup(e.a->name) : eval(*e.a);
+          Value scratch;
+          const Value& input = peek(*e.a, scratch);
           std::vector<Value> args;
           for (const auto& item : e.items) args.push_back(eval(*item));
           return apply_test(e.name, input, args) != e.negated;
         }
-        case Expr::Kind::logical_not: return !eval(*e.a).truthy();
+        case Expr::Kind::logical_not: {
+          Value scratch;
+          return !peek(*e.a, scratch).truthy();
+        }
         case Expr::Kind::negate:
         case Expr::Kind::plus: {
           const Value v = eval(*e.a);
@@ -541,16 +606,24 @@ class Renderer {
           if (e.kind == Expr::Kind::plus) return v;
           return v.is_float() ? Value(-v.as_double()) : Value(-int_of(v));
         }
-        case Expr::Kind::binary: return arithmetic(e.name, eval(*e.a), eval(*e.b));
+        case Expr::Kind::binary: {
+          Value a_scratch, b_scratch;
+          const Value& a = peek(*e.a, a_scratch);
+          return arithmetic(e, a, peek(*e.b, b_scratch));
+        }
         case Expr::Kind::compare: {
-          const Value a = eval(*e.a), b = eval(*e.b);
-          if (e.name == "in") return contains(b, a) != e.negated;
-          if (e.name == "==") return equal(a, b);
-          if (e.name == "!=") return !equal(a, b);
-          if (e.name == "<") return less(a, b);
-          if (e.name == ">") return less(b, a);
-          if (e.name == "<=") return !less(b, a);
-          return !less(a, b);  // >=
+          Value a_scratch, b_scratch;
+          const Value& a = peek(*e.a, a_scratch);
+          const Value& b = peek(*e.b, b_scratch);
+          switch (e.op) {
+            case Op::in: return contains(b, a) != e.negated;
+            case Op::eq: return equal(a, b);
+            case Op::ne: return !equal(a, b);
+            case Op::lt: return less(a, b);
+            case Op::gt: return less(b, a);
+            case Op::le: return !less(b, a);
+            default: return !less(a, b);  // >=
+          }
         }
         case Expr::Kind::logical_and: {
           Value a = eval(*e.a);
@@ -560,9 +633,11 @@ class Renderer {
           Value a = eval(*e.a);
           return a.truthy() ? a : eval(*e.b);
         }
-        case Expr::Kind::conditional:
-          if (eval(*e.b).truthy()) return eval(*e.a);
+        case Expr::Kind::conditional: {
+          Value scratch;
+          if (peek(*e.b, scratch).truthy()) return eval(*e.a);
           return e.c ? eval(*e.c) : Value::undefined("the else of a conditional");
+        }
       }
     } catch (const std::exception&) {
       rethrow_at(e.line, e.column);

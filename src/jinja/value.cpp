@@ -23,11 +23,13 @@ Value value_of_json(const Json& json) {
     case nlohmann::detail::value_t::string: return json.template get<std::string>();
     case nlohmann::detail::value_t::array: {
       List list;
+      list.reserve(json.size());
       for (const auto& element : json) list.push_back(value_of_json(element));
       return list;
     }
     case nlohmann::detail::value_t::object: {
       Map dict;
+      dict.reserve(json.size());
       for (auto it = json.begin(); it != json.end(); ++it) dict.emplace_back(Value(it.key()), value_of_json(it.value()));
       return dict;
     }
@@ -105,9 +107,7 @@ std::string Value::repr() const {
 
 Value Value::get(const std::string& key) const {
   if (is_dict()) {
-    for (const auto& [k, v] : as_dict()) {
-      if (k.is_string() && k.as_string() == key) return v;
-    }
+    if (const Value* v = find(as_dict(), std::string_view(key))) return *v;
   } else if (is_namespace()) {
     for (const auto& [k, v] : as_namespace().attributes) {
       if (k == key) return v;
@@ -122,8 +122,16 @@ Value Value::item(const Value& key) const {
 }
 
 const Value* find(const Map& map, const Value& key) {
+  if (key.is_string()) return find(map, std::string_view(key.as_string()));
   for (const auto& [k, v] : map) {
     if (equal(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+const Value* find(const Map& map, std::string_view key) {
+  for (const auto& [k, v] : map) {
+    if (k.is_string() && k.as_string() == key) return &v;
   }
   return nullptr;
 }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -117,6 +118,8 @@ class Value {
 
 // The entry of `map` whose key equals `key` as a Python dict finds it, or null.
 const Value* find(const Map& map, const Value& key);
+// The entry whose key is the string `key`, or null.
+const Value* find(const Map& map, std::string_view key);
 // d[key] = value: a new key goes last, an existing one keeps its place. Throws TemplateError for
 // an unhashable key (a list or dict), as Python's TypeError.
 void insert(Map& map, Value key, Value value);

@@ -27,15 +27,17 @@ TEST(ChatConversation, ShareGptRolesMapAndFieldsPassThrough) {
                                         {"from": "gpt", "value": "a", "weight": 1}], "tools": [{"name": "t"}]})"),
       "data.jsonl:3");
   ASSERT_EQ(c.messages.size(), 3u);
-  EXPECT_EQ(c.messages[1].dump(), R"({"role":"user","content":"q"})");
-  EXPECT_EQ(c.messages[2].dump(), R"({"role":"assistant","content":"a","weight":1})");
-  EXPECT_EQ(c.tools.dump(), R"([{"name":"t"}])");
+  EXPECT_EQ(c.messages[1].repr(), "{'role': 'user', 'content': 'q'}");
+  EXPECT_EQ(c.messages[2].repr(), "{'role': 'assistant', 'content': 'a', 'weight': 1}");
+  EXPECT_EQ(c.tools.repr(), "[{'name': 't'}]");
   const auto openai = d::parse_conversation(
       json::parse(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null,
                      "tool_calls": [{"function": {"name": "f", "arguments": {}}}], "reasoning_content": "r"}]})"),
       "x");
-  EXPECT_TRUE(openai.messages[1].contains("tool_calls"));
-  EXPECT_TRUE(openai.messages[1].contains("reasoning_content"));
+  EXPECT_TRUE(openai.messages[1].get("tool_calls").is_list());
+  EXPECT_EQ(openai.messages[1].get("reasoning_content").repr(), "'r'");
+  EXPECT_TRUE(openai.messages[1].get("content").is_none());
+  EXPECT_TRUE(openai.tools.is_none());
 }
 
 TEST(ChatConversation, BadRecordsAreRefusedByName) {
