@@ -228,6 +228,8 @@ std::vector<int32_t> ByteLevelBpe::encode_text(std::string_view text) const {
 
 std::optional<Tokenizer::Encoding> ByteLevelBpe::encode_text_with_offsets(std::string_view text) const {
   Encoding out;
+  out.ids.reserve(text.size() / 3 + 8);  // byte-level BPE of text: about 4 bytes a token
+  out.offsets.reserve(text.size() / 3 + 8);
   const bool exact = split_at_added(
       text, [&](size_t begin, size_t end) { return encode_plain_with_offsets(text, begin, end, out); },
       [&](const AddedToken& added, size_t position) {
@@ -241,16 +243,14 @@ std::optional<Tokenizer::Encoding> ByteLevelBpe::encode_text_with_offsets(std::s
 bool ByteLevelBpe::encode_plain_with_offsets(std::string_view text, size_t begin, size_t end, Encoding& out) const {
   if (end <= begin) return true;
   const std::string_view plain = text.substr(begin, end - begin);
-  const std::string normalized = normalizer_.apply(plain);
-  if (normalized != plain) return false;  // NFC moved characters: offsets would not be the text's
+  if (!normalizer_.is_normalized(plain)) return false;  // NFC would move characters: offsets would not be the text's
   size_t at = begin;
-  std::vector<int32_t> ids;
-  for (const auto& piece : pre_tokenizer_.apply(normalized)) {
-    ids.clear();
-    encode_piece(piece, ids);
-    for (const int32_t id : ids) {
+  for (const auto& piece : pre_tokenizer_.apply(plain)) {
+    const size_t first = out.ids.size();
+    encode_piece(piece, out.ids);
+    for (size_t k = first; k < out.ids.size(); ++k) {
+      const int32_t id = out.ids[k];
       if (id < 0 || static_cast<size_t>(id) >= token_bytes_.size()) return false;
-      out.ids.push_back(id);
       out.offsets.emplace_back(at, at + token_bytes_[static_cast<size_t>(id)]);
       at += token_bytes_[static_cast<size_t>(id)];
     }

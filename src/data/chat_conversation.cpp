@@ -31,64 +31,81 @@ const std::map<std::string, std::string, std::less<>>& sharegpt_roles() {
 
 }  // namespace
 
+// A value's JSON type, as the record's author wrote it ("number", not Python's "int").
+std::string json_type_name(const jinja::Value& v) {
+  if (v.is_none()) return "null";
+  if (v.is_bool()) return "boolean";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_list()) return "array";
+  if (v.is_dict()) return "object";
+  return v.type_name();
+}
+
 bool is_chat_record(const nlohmann::ordered_json& record) {
   return record.is_object() && (record.contains("messages") || record.contains("conversations"));
 }
 
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where) {
-  return parse_conversation(record, [&where] { return where; });
+  return parse_conversation(jinja::Value::from_json(record), [&where] { return where; });
 }
 
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::function<std::string()>& where) {
-  if (!record.is_object()) refuse(where, "a chat record must be a JSON object", "write one {\"messages\": [...]} per line");
-  if (!is_chat_record(record)) {
+  return parse_conversation(jinja::Value::from_json(record), where);
+}
+
+Conversation parse_conversation(const jinja::Value& record, const std::function<std::string()>& where) {
+  if (!record.is_dict()) refuse(where, "a chat record must be a JSON object", "write one {\"messages\": [...]} per line");
+  const jinja::Value* openai = jinja::find(record.as_dict(), std::string_view("messages"));
+  const jinja::Value* sharegpt = openai ? nullptr : jinja::find(record.as_dict(), std::string_view("conversations"));
+  if (!openai && !sharegpt) {
     refuse(where, "a chat record needs \"messages\" (or ShareGPT's \"conversations\")",
            "write {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, ...]} per line, or set [data] format to "
            "the records' kind");
   }
-  Conversation out;
-  const bool sharegpt = !record.contains("messages") && record.contains("conversations");
-  const auto& turns = sharegpt ? record.at("conversations") : record.contains("messages") ? record.at("messages") : record;
-  if (!turns.is_array() || turns.empty()) {
+  const jinja::Value& turns = openai ? *openai : *sharegpt;
+  if (!turns.is_list() || turns.as_list().empty()) {
     refuse(where, std::string("\"") + (sharegpt ? "conversations" : "messages") + "\" must be a non-empty list of turns",
            "write the turns as [{\"role\": \"user\", \"content\": \"...\"}, {\"role\": \"assistant\", ...}]");
   }
   static const std::set<std::string, std::less<>> roles{"system", "developer", "user", "assistant", "tool", "ipython", "function"};
-  out.messages.reserve(turns.size());
-  for (size_t i = 0; i < turns.size(); ++i) {
-    const auto& turn = turns[i];
+  Conversation out;
+  jinja::List mapped;  // ShareGPT's turns as messages; OpenAI's are taken as they are
+  for (size_t i = 0; i < turns.as_list().size(); ++i) {
+    const auto& turn = turns.as_list()[i];
     auto at = [&where, i] { return where() + ": turn " + std::to_string(i); };
-    if (!turn.is_object()) refuse(at(), "a turn must be a JSON object, not " + std::string(turn.type_name()), "");
-    const auto content = turn.find(sharegpt ? "value" : "content");
-    if (content != turn.end() && !content->is_string() && !content->is_array() && !content->is_null()) {
-      refuse(at(), "\"content\" must be a string, a list of parts or null, not " + std::string(content->type_name()), "");
+    if (!turn.is_dict()) refuse(at(), "a turn must be a JSON object, not " + json_type_name(turn), "");
+    const auto& fields = turn.as_dict();
+    const jinja::Value* content = jinja::find(fields, std::string_view(sharegpt ? "value" : "content"));
+    if (content && !content->is_string() && !content->is_list() && !content->is_none()) {
+      refuse(at(), "\"content\" must be a string, a list of parts or null, not " + json_type_name(*content), "");
     }
-    if (!sharegpt) {
-      const auto role = turn.find("role");
-      if (role == turn.end() || !role->is_string()) refuse(at(), "a message needs \"role\" (system, user, assistant, tool)", "");
-      if (!roles.count(role->get_ref<const std::string&>())) {
-        refuse(at(), "unknown role \"" + role->get<std::string>() + "\"", "use system, developer, user, assistant or tool");
+    if (openai) {
+      const jinja::Value* role = jinja::find(fields, std::string_view("role"));
+      if (!role || !role->is_string()) refuse(at(), "a message needs \"role\" (system, user, assistant, tool)", "");
+      if (!roles.count(role->as_string())) {
+        refuse(at(), "unknown role \"" + role->as_string() + "\"", "use system, developer, user, assistant or tool");
       }
-      out.messages.push_back(jinja::Value::from_json(turn));
       continue;
     }
-    const auto speaker = turn.find("from");
-    if (speaker == turn.end() || !speaker->is_string()) refuse(at(), "a ShareGPT turn needs \"from\" (human, gpt, system, tool)", "");
-    const auto role = sharegpt_roles().find(speaker->get_ref<const std::string&>());
+    const jinja::Value* speaker = jinja::find(fields, std::string_view("from"));
+    if (!speaker || !speaker->is_string()) refuse(at(), "a ShareGPT turn needs \"from\" (human, gpt, system, tool)", "");
+    const auto role = sharegpt_roles().find(speaker->as_string());
     if (role == sharegpt_roles().end()) {
-      refuse(at(), "unknown ShareGPT speaker \"" + speaker->get<std::string>() + "\"", "use human, gpt, system, tool or function_call");
+      refuse(at(), "unknown ShareGPT speaker \"" + speaker->as_string() + "\"", "use human, gpt, system, tool or function_call");
     }
     jinja::Map message;
-    message.reserve(turn.size());
+    message.reserve(fields.size());
     message.emplace_back("role", role->second);
-    message.emplace_back("content", content != turn.end() ? jinja::Value::from_json(*content) : jinja::Value(nullptr));
-    for (auto it = turn.begin(); it != turn.end(); ++it) {
-      if (it.key() != "from" && it.key() != "value") jinja::insert(message, it.key(), jinja::Value::from_json(it.value()));
+    message.emplace_back("content", content ? *content : jinja::Value(nullptr));
+    for (const auto& [key, value] : fields) {
+      if (!key.is_string() || (key.as_string() != "from" && key.as_string() != "value")) jinja::insert(message, key, value);
     }
-    out.messages.emplace_back(std::move(message));
+    mapped.emplace_back(std::move(message));
   }
-  if (const auto tools = record.find("tools"); tools != record.end()) out.tools = jinja::Value::from_json(*tools);
-  if (const auto documents = record.find("documents"); documents != record.end()) out.documents = jinja::Value::from_json(*documents);
+  out.messages = openai ? turns : jinja::Value(std::move(mapped));
+  if (const auto* tools = jinja::find(record.as_dict(), std::string_view("tools"))) out.tools = *tools;
+  if (const auto* documents = jinja::find(record.as_dict(), std::string_view("documents"))) out.documents = *documents;
   return out;
 }
 

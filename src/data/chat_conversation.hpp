@@ -19,7 +19,7 @@
 namespace superoffload::data {
 
 struct Conversation {
-  jinja::List messages;                 // dicts: role, content and whatever else the turn has
+  jinja::Value messages = jinja::List();  // a list of dicts: role, content and whatever else the turn has
   jinja::Value tools = nullptr;         // None when the record has none, as HF passes it
   jinja::Value documents = nullptr;     // None when the record has none
 };
@@ -29,9 +29,11 @@ bool is_chat_record(const nlohmann::ordered_json& record);
 
 // Throws Error naming `where` ("data.jsonl:12") and what is wrong: no messages, a message that
 // is not an object, a missing or unknown role, content that is neither a string, a list of
-// parts nor null.
-Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where);
-// The same, `where` called only for an error (finding a JSONL line number reads the file up to it).
+// parts nor null. `where` is called only for an error (finding a JSONL line number reads the
+// file up to it). The record as values (jinja::Value::parse_json of the line) is what `prepare`
+// reads; an OpenAI record's messages are then used as they are, not copied.
+Conversation parse_conversation(const jinja::Value& record, const std::function<std::string()>& where);
 Conversation parse_conversation(const nlohmann::ordered_json& record, const std::function<std::string()>& where);
+Conversation parse_conversation(const nlohmann::ordered_json& record, const std::string& where);
 
 }  // namespace superoffload::data

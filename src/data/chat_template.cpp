@@ -62,19 +62,20 @@ ChatRenderer::ChatRenderer(const ChatTemplateSource& source, nlohmann::ordered_j
 
 jinja::Rendered ChatRenderer::render_prefix(const Conversation& conversation, size_t messages,
                                             bool add_generation_prompt) const {
-  jinja::Dict names = variables_;
-  names.emplace_back("messages", messages == conversation.messages.size()
-                                     ? conversation.messages
-                                     : jinja::List(conversation.messages.begin(),
-                                                   conversation.messages.begin() + static_cast<std::ptrdiff_t>(messages)));
+  const auto& all = conversation.messages.as_list();
+  jinja::Dict names;
+  names.reserve(variables_.size() + 4);
+  names.assign(variables_.begin(), variables_.end());
+  names.emplace_back("messages", messages == all.size() ? conversation.messages
+                                                        : jinja::List(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(messages)));
   names.emplace_back("tools", conversation.tools);
   names.emplace_back("documents", conversation.documents);
   names.emplace_back("add_generation_prompt", add_generation_prompt);
-  return template_.render(names);
+  return template_.render(std::move(names));
 }
 
 RenderedConversation ChatRenderer::render(const Conversation& conversation) const {
-  const size_t n = conversation.messages.size();
+  const size_t n = conversation.messages.as_list().size();
   auto whole = render_prefix(conversation, n, false);
   RenderedConversation out;
   out.text = std::move(whole.text);
@@ -86,7 +87,7 @@ RenderedConversation ChatRenderer::render(const Conversation& conversation) cons
     return out;
   }
   for (size_t i = 0; i < n; ++i) {
-    const auto role = conversation.messages[i].get("role");
+    const auto role = conversation.messages.as_list()[i].get("role");
     if (!role.is_string() || role.as_string() != "assistant") continue;
     const auto prompt = render_prefix(conversation, i, true).text;
     const auto through = render_prefix(conversation, i + 1, false).text;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 
 #include "base/error.hpp"
 
@@ -21,20 +22,41 @@ JsonlReader::JsonlReader(const std::string& path, int rank, int world) : path_(p
   next_start_ = in_ ? static_cast<int64_t>(in_.tellg()) : size;
 }
 
-bool JsonlReader::next(nlohmann::ordered_json& record) {
+bool JsonlReader::next_line() {
   while (next_start_ < end_ && std::getline(in_, line_)) {
     line_start_ = next_start_;
     next_start_ = in_.eof() ? end_ : static_cast<int64_t>(in_.tellg());
-    if (std::all_of(line_.begin(), line_.end(), [](unsigned char c) { return std::isspace(c); })) continue;
-    try {
-      record = nlohmann::ordered_json::parse(line_);
-    } catch (const nlohmann::json::parse_error& e) {
-      SO_FAIL(where() << ": not valid JSON: " << e.what() << hint("each line of a JSONL file must be one JSON object"));
-    }
-    SO_CHECK(record.is_object(), where() << ": each line must be a JSON object, this one is a " << record.type_name());
-    return true;
+    if (!std::all_of(line_.begin(), line_.end(), [](unsigned char c) { return std::isspace(c); })) return true;
   }
   return false;
+}
+
+void JsonlReader::not_json(const std::exception& e) const {
+  SO_FAIL(where() << ": not valid JSON: " << e.what() << hint("each line of a JSONL file must be one JSON object"));
+}
+
+bool JsonlReader::next(nlohmann::ordered_json& record) {
+  if (!next_line()) return false;
+  try {
+    record = nlohmann::ordered_json::parse(line_);
+  } catch (const nlohmann::json::parse_error& e) {
+    not_json(e);
+  }
+  SO_CHECK(record.is_object(), where() << ": each line must be a JSON object, this one is a " << record.type_name());
+  return true;
+}
+
+bool JsonlReader::next(jinja::Value& record) {
+  if (!next_line()) return false;
+  try {
+    record = jinja::Value::parse_json(line_);
+  } catch (const nlohmann::json::exception& e) {
+    not_json(e);
+  } catch (const std::invalid_argument& e) {
+    not_json(e);
+  }
+  SO_CHECK(record.is_dict(), where() << ": each line must be a JSON object, this one is " << record.repr().substr(0, 40));
+  return true;
 }
 
 std::string JsonlReader::where() const {

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "jinja/value.hpp"
+
 namespace superoffload::data {
 
 class JsonlReader {
@@ -18,6 +20,8 @@ class JsonlReader {
   // Parses the next non-blank line of the share into `record` (which must be a JSON object);
   // false at the end of the share.
   bool next(nlohmann::ordered_json& record);  // keys in file order, as Python reads them
+  // The same, read straight into a chat template's values (a dict).
+  bool next(jinja::Value& record);
   // "file:line" of the line last read, for messages (counts lines on demand).
   std::string where() const;
   // Fraction of the share read so far.
@@ -29,6 +33,8 @@ class JsonlReader {
   int64_t begin_ = 0, end_ = 0;
   int64_t line_start_ = 0;  // byte offset of the line last read
   int64_t next_start_ = 0;  // byte offset of the next line
+  bool next_line();  // the next non-blank line of the share into line_
+  [[noreturn]] void not_json(const std::exception& e) const;
   std::string line_;
 };
 

@@ -120,6 +120,16 @@ std::string Normalizer::apply(std::string_view text) const {
   return out;
 }
 
+bool Normalizer::is_normalized(std::string_view text) const {
+  if (!nfc_) return true;
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  SO_CHECK(U_SUCCESS(status), "ICU's NFC normalizer is unavailable: " << u_errorName(status));
+  const auto input = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  const bool normalized = nfc->isNormalized(input, status);
+  return U_SUCCESS(status) && normalized;
+}
+
 // ---- pre-tokenizer stages --------------------------------------------------------------------
 
 namespace {

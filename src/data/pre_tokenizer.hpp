@@ -19,6 +19,8 @@ class Normalizer {
   // Throws naming `source` for a normalizer this build does not implement.
   Normalizer(const nlohmann::json& spec, const std::string& source);
   std::string apply(std::string_view text) const;
+  // Whether apply() would return `text` unchanged.
+  bool is_normalized(std::string_view text) const;
 
  private:
   bool nfc_ = false;

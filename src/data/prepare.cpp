@@ -100,12 +100,15 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   JsonlReader reader(data.path, rank, world);
   GatheredRecords local;
   nlohmann::ordered_json record;
+  jinja::Value chat_record;  // chat records are read straight into the template's values
+  const bool chat = format == RecordFormat::chat;
   int64_t skipped = 0;
   std::string first_skip;
   const double start_s = base::now_s();
   double last_report_s = start_s;
-  while (reader.next(record)) {
-    const auto tokenized = record_tokenizer.tokenize(record, [&reader] { return reader.where(); });
+  const RecordTokenizer::Where where = [&reader] { return reader.where(); };
+  while (chat ? reader.next(chat_record) : reader.next(record)) {
+    const auto tokenized = chat ? record_tokenizer.tokenize_chat(chat_record, where) : record_tokenizer.tokenize(record, where);
     if (!tokenized.skipped.empty()) {
       if (skipped++ == 0) first_skip = reader.where() + ": " + tokenized.skipped;
       continue;

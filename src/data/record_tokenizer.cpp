@@ -108,7 +108,7 @@ std::string RecordTokenizer::field(const nlohmann::ordered_json& record, const c
 }
 
 TokenizedRecord RecordTokenizer::tokenize(const nlohmann::ordered_json& record, const Where& where) const {
-  if (format_ == RecordFormat::chat) return tokenize_chat(record, where);
+  if (format_ == RecordFormat::chat) return tokenize_chat(jinja::Value::from_json(record), where);
   TokenizedRecord out;
   const auto& special = tokenizer_.special();
   const auto eos = static_cast<uint32_t>(tokenizer_.eos_id());
@@ -136,7 +136,8 @@ TokenizedRecord RecordTokenizer::tokenize(const nlohmann::ordered_json& record, 
 // and all between: the same tokens). Otherwise the text is tokenized in pieces cut at the
 // spans' edges, which must give exactly the whole text's tokens: an edge inside a token has no
 // exact mask then, and the record is skipped.
-TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& record, const Where& where) const {
+TokenizedRecord RecordTokenizer::tokenize_chat(const jinja::Value& record, const Where& where) const {
+  SO_CHECK(chat_, "internal: tokenize_chat on a reader of another format");
   TokenizedRecord out;
   RenderedConversation rendered;
   try {
@@ -154,6 +155,8 @@ TokenizedRecord RecordTokenizer::tokenize_chat(const nlohmann::ordered_json& rec
   }
   if (auto encoded = tokenizer_.encode_text_with_offsets(rendered.text)) {
     size_t span = 0;  // spans and tokens both in text order
+    out.tokens.reserve(encoded->ids.size());
+    out.loss_mask.reserve(encoded->ids.size());
     for (size_t i = 0; i < encoded->ids.size(); ++i) {
       const auto [begin, end] = encoded->offsets[i];
       while (span < rendered.assistant.size() && rendered.assistant[span].second <= begin) ++span;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "jinja/value.hpp"
 
 namespace superoffload::data {
 
@@ -53,10 +54,12 @@ class RecordTokenizer {
   // line number means reading the file up to it).
   using Where = std::function<std::string()>;
   TokenizedRecord tokenize(const nlohmann::ordered_json& record, const Where& where) const;
+  // A chat record read as values (JsonlReader::next into a jinja::Value): what `prepare` reads,
+  // without a JSON document on the way. Only for RecordFormat::chat.
+  TokenizedRecord tokenize_chat(const jinja::Value& record, const Where& where) const;
 
  private:
   std::string field(const nlohmann::ordered_json& record, const char* name, bool required, const Where& where) const;
-  TokenizedRecord tokenize_chat(const nlohmann::ordered_json& record, const Where& where) const;
   const Tokenizer& tokenizer_;
   const config::DataConfig& data_;
   RecordFormat format_;

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "jinja/python_text.hpp"
 #include "jinja/template_error.hpp"
@@ -51,8 +52,8 @@ struct Signature {
   bool variadic = false;
 };
 
-const std::map<std::string, Signature>& filter_signatures() {
-  static const std::map<std::string, Signature> table = {
+const std::unordered_map<std::string, Signature>& filter_signatures() {
+  static const std::unordered_map<std::string, Signature> table = {
       {"abs", {}}, {"capitalize", {}}, {"count", {}}, {"length", {}}, {"e", {}}, {"escape", {}}, {"forceescape", {}},
       {"first", {}}, {"last", {}}, {"list", {}}, {"lower", {}}, {"upper", {}}, {"title", {}}, {"reverse", {}},
       {"safe", {}}, {"string", {}}, {"wordcount", {}}, {"items", {}},
@@ -76,8 +77,8 @@ const std::map<std::string, Signature>& filter_signatures() {
   return table;
 }
 
-const std::map<std::string, Signature>& method_signatures() {
-  static const std::map<std::string, Signature> table = {
+const std::unordered_map<std::string, Signature>& method_signatures() {
+  static const std::unordered_map<std::string, Signature> table = {
       {"str.strip", {{"chars"}}}, {"str.lstrip", {{"chars"}}}, {"str.rstrip", {{"chars"}}},
       {"str.split", {{"sep", "maxsplit"}}}, {"str.rsplit", {{"sep", "maxsplit"}}},
       {"str.startswith", {{"prefix"}, 1}}, {"str.endswith", {{"suffix"}, 1}},
@@ -413,7 +414,10 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
   const auto& signatures = filter_signatures();
   if (const auto it = signatures.find(name); it != signatures.end()) check_call(name, it->second, args);
   if (input.is_undefined() && refuses_undefined(name)) throw TemplateError("'" + input.undefined_name() + "' is undefined");
-  if (name == "trim" || name == "strip") return strip(text_of(input), arg(args, 0, "chars"), true, true);
+  if (name == "trim" || name == "strip") {
+    const Value chars = arg(args, 0, "chars");
+    return input.is_string() ? strip(input.as_string(), chars, true, true) : strip(text_of(input), chars, true, true);
+  }
   if (name == "tojson") {  // HF's: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     JsonOptions options;
     options.ensure_ascii = arg(args, 0, "ensure_ascii", false).truthy();

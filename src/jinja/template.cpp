@@ -51,11 +51,11 @@ class Renderer {
  public:
   Renderer(const std::string& name, const TemplateOptions& options) : name_(name), options_(options) {}
 
-  Rendered run(const Body& body, const Dict& variables) {
+  Rendered run(const Body& body, Dict variables) {
     // The globals are the same for every render and never assigned to (a `set` goes to the innermost frame).
     static const auto kGlobals = std::make_shared<Frame>(globals());
     scopes_.push_back(kGlobals);
-    scopes_.push_back(std::make_shared<Frame>(variables));
+    scopes_.push_back(std::make_shared<Frame>(std::move(variables)));
     scopes_.push_back(std::make_shared<Frame>());  // the template's own `set`s
     buffers_.push_back(&result_.text);
     exec(body);
@@ -215,9 +215,13 @@ class Renderer {
     const List& items = *iterated;
     if (items.empty()) return exec(n.else_body);
     const auto length = static_cast<int64_t>(items.size());
+    std::shared_ptr<Frame> frame;
     for (int64_t i = 0; i < length; ++i) {
       step();
-      auto frame = std::make_shared<Frame>();
+      // Each iteration starts with a frame of its own; the last one's is cleared and reused where
+      // nothing (a macro defined in the body) kept it.
+      if (frame && frame.use_count() == 1) frame->clear();
+      else frame = std::make_shared<Frame>();
       bind(*frame, items[static_cast<size_t>(i)]);
       if (n.uses_loop) {
         Map loop{{Value("index"), Value(i + 1)},
@@ -725,14 +729,14 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-Rendered Template::render(const Dict& variables) const { return Renderer(name_, options_).run(*body_, variables); }
+Rendered Template::render(Dict variables) const { return Renderer(name_, options_).run(*body_, std::move(variables)); }
 
 Rendered Template::render(const nlohmann::ordered_json& variables) const {
   const Value v = Value::from_json(variables.is_null() ? nlohmann::ordered_json::object() : variables);
   if (!v.is_dict()) throw TemplateError(name_ + ": the variables must be a JSON object");
   Dict names;
   for (const auto& [key, value] : v.as_dict()) names.emplace_back(key.as_string(), value);  // JSON keys are strings
-  return render(names);
+  return render(std::move(names));
 }
 
 }  // namespace superoffload::jinja

@@ -50,7 +50,7 @@ class Template {
   // `variables` (a JSON object) become the template's variables. Throws TemplateError
   // (RaisedException for raise_exception).
   Rendered render(const nlohmann::ordered_json& variables) const;
-  Rendered render(const Dict& variables) const;
+  Rendered render(Dict variables) const;
   const std::string& name() const { return name_; }
   // Whether the template marks text with {% generation %} (HF's assistant-token tracking).
   bool has_generation_blocks() const;

@@ -30,6 +30,9 @@ bool char_is(uint32_t code_point, CharClass c) {
   const auto cp = static_cast<UChar32>(code_point);
   switch (c) {
     case CharClass::space: {
+      // ASCII first (chat templates strip every message): Python's str.isspace there is
+      // \t \n \v \f \r, the separators \x1c-\x1f, and the space.
+      if (code_point < 0x80) return code_point == ' ' || (code_point >= 9 && code_point <= 13) || (code_point >= 0x1C && code_point <= 0x1F);
       const auto direction = u_charDirection(cp);
       return direction == U_WHITE_SPACE_NEUTRAL || direction == U_BLOCK_SEPARATOR || direction == U_SEGMENT_SEPARATOR ||
              u_charType(cp) == U_SPACE_SEPARATOR;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "jinja/python_text.hpp"
 #include "jinja/template_error.hpp"
@@ -37,7 +38,82 @@ Value value_of_json(const Json& json) {
   }
 }
 
+// nlohmann's SAX events built into values: containers are kept open on a stack, each finished
+// value goes into the container on top (after its key, for an object).
+class ValueBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
+ public:
+  Value result;
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool v) override { return add(v); }
+  bool number_integer(number_integer_t v) override { return add(static_cast<int64_t>(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return add(static_cast<int64_t>(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return add(static_cast<double>(v)); }
+  bool string(string_t& v) override { return add(Value(std::move(v))); }
+  bool binary(binary_t&) override { return false; }  // JSON text has none
+  bool start_object(std::size_t) override {
+    deeper();
+    open_.push_back({Map{}, {}, {}, true});
+    return true;
+  }
+  bool key(string_t& v) override {
+    open_.back().key = std::move(v);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    deeper();
+    open_.push_back({{}, List{}, {}, false});
+    return true;
+  }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    // What nlohmann::json::parse would throw, with its own type (a parse_error, or out_of_range
+    // for a number too large).
+    if (const auto* error = dynamic_cast<const nlohmann::detail::parse_error*>(&e)) throw *error;
+    if (const auto* error = dynamic_cast<const nlohmann::detail::out_of_range*>(&e)) throw *error;
+    throw std::invalid_argument(e.what());
+  }
+
+ private:
+  struct Open {
+    Map map;
+    List list;
+    std::string key;
+    bool is_object;
+  };
+  bool add(Value v) {
+    if (open_.empty()) {
+      result = std::move(v);
+    } else if (open_.back().is_object) {
+      insert(open_.back().map, Value(std::move(open_.back().key)), std::move(v));
+    } else {
+      open_.back().list.push_back(std::move(v));
+    }
+    return true;
+  }
+  bool close() {
+    Open done = std::move(open_.back());
+    open_.pop_back();
+    return done.is_object ? add(Value(std::move(done.map))) : add(Value(std::move(done.list)));
+  }
+  // Values are freed recursively: nesting far past what any record has would overflow the stack.
+  void deeper() const {
+    constexpr size_t kMaxDepth = 512;
+    if (open_.size() >= kMaxDepth) {
+      throw std::invalid_argument("JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+  }
+  std::vector<Open> open_;
+};
+
 }  // namespace
+
+Value Value::parse_json(std::string_view text) {
+  ValueBuilder builder;
+  nlohmann::ordered_json::sax_parse(text, &builder);
+  return std::move(builder.result);
+}
 
 Value::Value(const Dict& d) {
   Map m;

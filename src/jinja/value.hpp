@@ -73,6 +73,10 @@ class Value {
   // JSON objects keep their order (ordered_json), as Python's json.loads does.
   static Value from_json(const nlohmann::ordered_json& json);
   static Value from_json(const nlohmann::json& json);
+  // JSON text straight to values, without a JSON document on the way (a chat dataset's records).
+  // Objects keep their order; a repeated key keeps its first place and its last value, as
+  // Python's json.loads. Throws nlohmann::json::parse_error for text that is not JSON.
+  static Value parse_json(std::string_view text);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
   bool is_none() const { return std::holds_alternative<std::nullptr_t>(v_); }

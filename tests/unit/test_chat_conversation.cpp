@@ -26,17 +26,17 @@ TEST(ChatConversation, ShareGptRolesMapAndFieldsPassThrough) {
       json::parse(R"({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
                                         {"from": "gpt", "value": "a", "weight": 1}], "tools": [{"name": "t"}]})"),
       "data.jsonl:3");
-  ASSERT_EQ(c.messages.size(), 3u);
-  EXPECT_EQ(c.messages[1].repr(), "{'role': 'user', 'content': 'q'}");
-  EXPECT_EQ(c.messages[2].repr(), "{'role': 'assistant', 'content': 'a', 'weight': 1}");
+  ASSERT_EQ(c.messages.as_list().size(), 3u);
+  EXPECT_EQ(c.messages.as_list()[1].repr(), "{'role': 'user', 'content': 'q'}");
+  EXPECT_EQ(c.messages.as_list()[2].repr(), "{'role': 'assistant', 'content': 'a', 'weight': 1}");
   EXPECT_EQ(c.tools.repr(), "[{'name': 't'}]");
   const auto openai = d::parse_conversation(
       json::parse(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null,
                      "tool_calls": [{"function": {"name": "f", "arguments": {}}}], "reasoning_content": "r"}]})"),
       "x");
-  EXPECT_TRUE(openai.messages[1].get("tool_calls").is_list());
-  EXPECT_EQ(openai.messages[1].get("reasoning_content").repr(), "'r'");
-  EXPECT_TRUE(openai.messages[1].get("content").is_none());
+  EXPECT_TRUE(openai.messages.as_list()[1].get("tool_calls").is_list());
+  EXPECT_EQ(openai.messages.as_list()[1].get("reasoning_content").repr(), "'r'");
+  EXPECT_TRUE(openai.messages.as_list()[1].get("content").is_none());
   EXPECT_TRUE(openai.tools.is_none());
 }
 

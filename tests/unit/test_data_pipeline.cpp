@@ -193,6 +193,22 @@ TEST_F(DataPipeline, BadRecordsNameFileAndLine) {
   } catch (const superoffload::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path + ":2"), std::string::npos) << e.what();
   }
+  // Read as a chat template's values (prepare's chat records): the same errors, by line.
+  const auto values = write("bad_values.jsonl", "{\"messages\": []}\n\n[1]\n{\"a\": \n");
+  d::JsonlReader value_reader(values, 0, 1);
+  superoffload::jinja::Value value;
+  ASSERT_TRUE(value_reader.next(value));
+  EXPECT_TRUE(value.is_dict());
+  auto error_of_next = [&] {
+    try {
+      value_reader.next(value);
+    } catch (const superoffload::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of_next().find(values + ":3: each line must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of_next().find(values + ":4: not valid JSON"), std::string::npos);
   const d::RecordTokenizer record_tokenizer(*tokenizer_, data_, d::RecordFormat::alpaca);
   try {
     record_tokenizer.tokenize({{"instruction", "x"}}, [] { return std::string("f.jsonl:7"); });

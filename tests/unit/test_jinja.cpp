@@ -1,6 +1,8 @@
 // The Jinja engine's own contract, beyond what tests/jinja/jinja_parity.py compares with jinja2:
 // errors name the template, line and column and what was expected; raise_exception is its own
-// error type; limits stop hostile templates; a template parses once and renders many times.
+// error type; limits stop hostile templates; a template parses once and renders many times;
+// JSON read straight into values (how `prepare` reads chat records) equals JSON read as a
+// document and converted.
 #include <gtest/gtest.h>
 
 #include "jinja/template.hpp"
@@ -93,3 +95,21 @@ TEST(Jinja, ParsedOnceRenderedManyTimesWithGenerationSpans) {
 }
 
 }  // namespace
+
+TEST(Jinja, JsonReadStraightIntoValuesEqualsTheConvertedDocument) {
+  for (const char* text : {R"({"messages": [{"role": "user", "content": "h\u00e9 \ud83d\ude00"}, {"role": "assistant",
+                               "content": null, "tool_calls": [{"function": {"name": "f", "arguments": {"x": [1, 2.5, -3]}}}]}],
+                               "tools": [], "flag": true, "big": 18446744073709551615, "tiny": 1e-300})",
+                           R"([1, [2, [3, {}]], "x"])", R"("just a string")", R"(null)"}) {
+    EXPECT_EQ(j::Value::parse_json(text).repr(), j::Value::from_json(nlohmann::ordered_json::parse(text)).repr()) << text;
+  }
+  // A repeated key keeps its first place and its last value, as Python's json.loads and nlohmann.
+  EXPECT_EQ(j::Value::parse_json(R"({"a": 1, "b": 2, "a": 3})").repr(), "{'a': 3, 'b': 2}");
+  // Not JSON: nlohmann's own parse_error, as nlohmann::json::parse throws it.
+  for (const char* text : {R"({"a": )", R"({"a": 1} x)", "", R"({"a": 1e999})"}) {
+    EXPECT_THROW(j::Value::parse_json(text), nlohmann::json::exception) << text;
+  }
+  // Nesting deep enough to overflow the stack when freed is refused, not crashed on.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THROW(j::Value::parse_json(deep), std::invalid_argument);
+}
