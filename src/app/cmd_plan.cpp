@@ -3,12 +3,15 @@
 // --gpu-memory / --host-memory it also says whether that fits. Reads config.json only.
 // With --parameters it lists every tensor of the model with its role and whether AdamW decays
 // it: the model is built by its plugin, its memory reserved but never touched or filled.
+// With --topology NODE.xml (lstopo --of xml of a compute node) it shows where each of the
+// node's --gpus-per-node ranks would be bound there, as the start-up table would.
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "app/commands.hpp"
 #include "cluster/mpi_world.hpp"
+#include "cluster/topology.hpp"
 #include "model_io/load_model.hpp"
 #include "train/memory_plan.hpp"
 
@@ -43,6 +46,36 @@ void list_parameters(const config::Config& config) {
             << plain << " (biases and norm weights, by name as HF Trainer decides)\n";
 }
 
+// The binding superoffload gives each rank of a node of this topology: the start-up table's
+// columns, plus the CPU optimizer's share (cpuadam_cores_perc of the rank's cores, one thread each).
+void show_node_binding(const std::string& xml, int ranks, bool gpus, double optimizer_core_share) {
+  const auto topology = cluster::Topology::from_xml(xml);
+  cluster::BindingRequest request;
+  request.allowed_cores = topology.allowed_cores();
+  std::vector<int> all(request.allowed_cores.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  request.current = cluster::cpus_of(request.allowed_cores, all);
+  request.local_size = ranks;
+  if (gpus) request.gpu_locality = topology.nvidia_gpu_locality();
+  request.visible_gpus = static_cast<int>(request.gpu_locality.size());
+  const auto sets = cluster::plan_node(request);
+  std::cout << "binding on " << xml << " (" << request.allowed_cores.size() << " cores, " << request.visible_gpus
+            << " NVIDIA GPUs), " << ranks << " rank(s) per node:\n";
+  std::cout << std::left << std::setw(7) << "local" << std::setw(30) << "cpus" << std::setw(8) << "numa" << std::setw(5)
+            << "gpu" << std::setw(9) << "threads" << "optimizer\n";
+  for (int r = 0; r < ranks; ++r) {
+    const auto& cpus = sets[static_cast<size_t>(r)];
+    std::string numa;
+    for (const int node : topology.numa_nodes_of(cpus)) numa += (numa.empty() ? "" : ",") + std::to_string(node);
+    const auto per_core = cluster::one_cpu_per_core(request.allowed_cores, cpus);
+    const auto optimizer = optimizer_core_share > 0 ? cluster::optimizer_cpus(per_core, optimizer_core_share) : std::vector<int>{};
+    std::cout << std::left << std::setw(7) << r << std::setw(30) << cpus.to_string() << std::setw(8) << (numa.empty() ? "-" : numa)
+              << std::setw(5) << (request.visible_gpus > 0 ? std::to_string(r % request.visible_gpus) : "-") << std::setw(9)
+              << per_core.size() << (optimizer.empty() ? "-" : std::to_string(optimizer.size()) + " (" + cluster::CpuSet(optimizer).to_string() + ")")
+              << "\n";
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
@@ -51,6 +84,7 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
     int nodes = 1, gpus_per_node = 1;
     double gpu_memory_gb = 0, host_memory_gb = 0;
     bool cpu = false, parameters = false;
+    std::string topology;
   };
   auto o = std::make_shared<Options>();
   auto* command = app.add_subcommand("plan", "Estimate the memory a configuration needs on a cluster shape");
@@ -60,6 +94,9 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   command->add_option("--gpu-memory", o->gpu_memory_gb, "Memory per GPU in GB, e.g. 96 for a GH200 (optional)");
   command->add_option("--host-memory", o->host_memory_gb, "Host memory per node in GB (optional)");
   command->add_flag("--cpu", o->cpu, "Ranks without GPUs (everything in host memory)");
+  command->add_option("--topology", o->topology,
+                      "A node's hwloc XML (lstopo --of xml): show where its --gpus-per-node ranks would be bound")
+      ->check(CLI::ExistingFile);
   command->add_flag("--parameters", o->parameters,
                     "Also list every tensor of the model: shape, role, and whether weight decay applies");
   command->callback([&run, &globals, o] {
@@ -73,6 +110,11 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       for (const auto& line : train::describe_plan(size, plan, o->gpus_per_node, o->gpu_memory_gb * 1e9,
                                                    o->host_memory_gb * 1e9)) {
         std::cout << line << "\n";
+      }
+      if (!o->topology.empty()) {
+        const auto& offload = loaded.config.offload;
+        show_node_binding(o->topology, o->gpus_per_node, !o->cpu,
+                          offload.device == config::OffloadDevice::none ? 0.0 : offload.cpuadam_cores_perc);
       }
       bool fits = true;
       if (o->gpu_memory_gb > 0 && !o->cpu) fits = fits && plan.device_total() <= train::kPlanHeadroom * o->gpu_memory_gb * 1e9;

@@ -127,6 +127,7 @@ RankBinding bind_ranks(const MpiWorld& world, BindMode mode) {
       break;
   }
   binding.threads = std::max(1, binding.threads);
+  binding.core_cpus = one_cpu_per_core(request.allowed_cores, binding.cpus);
   binding.numa_nodes = topology.numa_nodes_of(binding.cpus);
   set_compute_threads(binding.threads);
   return binding;

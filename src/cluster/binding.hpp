@@ -15,6 +15,7 @@ class MpiWorld;
 struct RankBinding {
   BindingSource source = BindingSource::none;
   CpuSet cpus;                  // where the rank runs
+  std::vector<int> core_cpus;   // one CPU of each core in `cpus` (one_cpu_per_core): where the optimizer's threads go
   std::vector<int> numa_nodes;  // NUMA nodes of those CPUs
   int gpu = -1;                 // CUDA device index, -1 without GPUs
   std::string gpu_name;

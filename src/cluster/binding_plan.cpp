@@ -2,6 +2,7 @@
 #include "cluster/binding_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace superoffload::cluster {
 
@@ -94,6 +95,41 @@ CpuSet cpus_of(const std::vector<Core>& cores, const std::vector<int>& indices) 
 
 int cores_in(const std::vector<Core>& cores, const CpuSet& cpus) {
   return static_cast<int>(std::count_if(cores.begin(), cores.end(), [&](const Core& c) { return c.pus.intersects(cpus); }));
+}
+
+std::vector<CpuSet> plan_node(BindingRequest base) {
+  std::vector<BindingIntent> intents;
+  for (int r = 0; r < base.local_size; ++r) {
+    base.local_rank = r;
+    intents.push_back(decide_binding(base));
+  }
+  std::vector<CpuSet> out;
+  for (size_t r = 0; r < intents.size(); ++r) {
+    int index = 0, count = 0;  // among the ranks that want the same cores
+    for (size_t p = 0; p < intents.size(); ++p) {
+      if (intents[p].candidate_cores != intents[r].candidate_cores) continue;
+      if (p < r) ++index;
+      ++count;
+    }
+    out.push_back(cpus_of(base.allowed_cores, share_of(intents[r].candidate_cores, index, count)));
+  }
+  return out;
+}
+
+std::vector<int> one_cpu_per_core(const std::vector<Core>& cores, const CpuSet& cpus) {
+  std::vector<int> out;
+  for (const auto& core : cores) {
+    const auto mine = core.pus.intersection(cpus);
+    if (!mine.empty()) out.push_back(mine.cpus().front());
+  }
+  return out;
+}
+
+std::vector<int> optimizer_cpus(const std::vector<int>& core_cpus, double core_share) {
+  if (core_cpus.empty()) return {};
+  const auto count = std::clamp<size_t>(static_cast<size_t>(std::floor(core_share * static_cast<double>(core_cpus.size()))), 1,
+                                        core_cpus.size());
+  return {core_cpus.begin(), core_cpus.begin() + static_cast<std::ptrdiff_t>(count)};
 }
 
 }  // namespace superoffload::cluster

@@ -50,9 +50,21 @@ BindingIntent decide_binding(const BindingRequest& request);
 // (peer i gets core floor(i * cores / peers)).
 std::vector<int> share_of(const std::vector<int>& candidates, int index, int count);
 
+// Both phases for every local rank of a node that nothing has bound yet (`base.local_rank` is
+// ignored): the CPUs each rank would get, in local-rank order. bind_ranks does the same over
+// MPI; `superoffload plan --topology` and the tests call this.
+std::vector<CpuSet> plan_node(BindingRequest base);
+
 // The CPUs of the given cores.
 CpuSet cpus_of(const std::vector<Core>& cores, const std::vector<int>& indices);
 // How many of `cores` have a hardware thread in `cpus`: the thread count a rank should use.
 int cores_in(const std::vector<Core>& cores, const CpuSet& cpus);
+// One CPU per core of `cores` that has hardware threads in `cpus`: the first of them, in core order.
+std::vector<int> one_cpu_per_core(const std::vector<Core>& cores, const CpuSet& cpus);
+// Where the CPU optimizer's threads run: the first floor(core_share * cores) of `core_cpus` (at
+// least one). [offload] cpuadam_cores_perc counts cores, as DeepSpeed's does: on a node with
+// two threads per core (x86 SMT) the optimizer gets one thread per core, not both threads of
+// half as many cores, which would share one core's vector units.
+std::vector<int> optimizer_cpus(const std::vector<int>& core_cpus, double core_share);
 
 }  // namespace superoffload::cluster

@@ -18,6 +18,9 @@ class Topology {
   static Topology this_machine();
   // A synthetic topology, e.g. "package:2 numa:1 core:4 pu:2" (tests).
   static Topology synthetic(const std::string& description);
+  // A topology saved as hwloc XML (lstopo --of xml, or tests/cluster/topologies), with its PCI
+  // devices: another node's shape, to plan bindings for it.
+  static Topology from_xml(const std::string& path);
   ~Topology();
   Topology(Topology&&) noexcept;
   Topology& operator=(Topology&&) noexcept;
@@ -27,8 +30,13 @@ class Topology {
   CpuSet current_binding() const;
   // Binds the whole process (all its threads, and those it creates) to `cpus`.
   void bind_process(const CpuSet& cpus) const;
-  // OS indices of the NUMA nodes whose CPUs intersect `cpus`.
+  // OS indices of the home NUMA nodes (see Core::numa_node) of the cores in `cpus`: the memory
+  // those CPUs are local to. A GPU's memory node is never one, though on a GH200 it has the
+  // same CPU set as the Grace node.
   std::vector<int> numa_nodes_of(const CpuSet& cpus) const;
+  // The CPUs near each NVIDIA GPU among the topology's PCI devices, in PCI bus order (CUDA's
+  // order under CUDA_DEVICE_ORDER=PCI_BUS_ID); empty when the topology has no I/O objects.
+  std::vector<CpuSet> nvidia_gpu_locality() const;
   hwloc_topology* raw() const { return topology_; }
 
  private:

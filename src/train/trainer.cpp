@@ -200,9 +200,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
                                    .decoupled = cfg.optimizer.type == config::OptimizerType::adamw,
                                    .gradient_clipping = cfg.training.gradient_clipping};
   if (cfg.offload.device == config::OffloadDevice::none) return std::make_unique<optim::ShardedAdamW>(engine, adamw);
-  const auto& cpus = binding.cpus.cpus();
-  const auto count = std::max<size_t>(
-      1, static_cast<size_t>(std::floor(cfg.offload.cpuadam_cores_perc * static_cast<double>(cpus.size()))));
+  // cpuadam_cores_perc of the bound cores, one thread per core (cluster::optimizer_cpus).
+  const auto& per_core = binding.core_cpus.empty() ? binding.cpus.cpus() : binding.core_cpus;
+  const auto optimizer_cpus = cluster::optimizer_cpus(per_core, cfg.offload.cpuadam_cores_perc);
+  const auto count = std::max<size_t>(1, optimizer_cpus.size());
   optim::OffloadSettings s{.adamw = adamw,
                            .sub_group_size = cfg.zero.sub_group_size,
                            .ratio = cfg.offload.ratio,
@@ -215,9 +216,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
     s.buffer_count = static_cast<size_t>(cfg.offload.buffer_count);
   }
   // The first ones of the binding; unbound ranks leave placement to the OS.
-  if (binding.source != cluster::BindingSource::none) {
-    s.cpus.assign(cpus.begin(), cpus.begin() + static_cast<std::ptrdiff_t>(std::min(count, cpus.size())));
-  }
+  if (binding.source != cluster::BindingSource::none) s.cpus = optimizer_cpus;
   return std::make_unique<optim::OffloadOptimizer>(engine, std::move(s));
 }
 

@@ -43,6 +43,16 @@ on_nvme=$(host_of "$out")
 awk -v a="$in_memory" -v b="$on_nvme" 'BEGIN { exit !(b < a / 2) }' \
   || fail "host memory with the NVMe tier ($on_nvme GiB) is not far below in memory ($in_memory GiB)"
 
+# Another node's binding from its hwloc XML: a quad GH200's ranks each get their GPU's Grace and
+# its LPDDR5X node, not the HBM node that hwloc gives the same CPUs.
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --gpus-per-node 4 --topology tests/cluster/topologies/gh200x4.xml 2>&1) \
+  || fail "plan --topology gh200x4.xml: $out"
+expect_contains "$out" "(288 cores, 4 NVIDIA GPUs), 4 rank(s) per node" "the node read from XML"
+grep -Eq '^3 +216-287 +3 +3 +72 +64 \(216-279\)$' <<< "$out" || fail "rank 3 is not on the fourth Grace: $out"
+out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --gpus-per-node 2 --topology "$tmp/missing.xml" 2>&1) \
+  && fail "a missing topology file was accepted"
+expect_contains "$out" "missing.xml" "the missing file is named"
+
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS
 out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/llama-3.3-70b \
@@ -51,4 +61,4 @@ expect_contains "$out" "GB of host memory on this node" "the need is stated"
 expect_contains "$out" "available: it would be killed by the out-of-memory killer" "the reason"
 expect_contains "$out" "HINT: run on about" "what would make it fit"
 ((SECONDS - start < 30)) || fail "the refusal took $((SECONDS - start)) s"
-echo "plan: 8B and 70B estimates printed; a run that cannot fit is refused at start-up"
+echo "plan: 8B and 70B estimates printed; bindings shown for a quad GH200 node; a run that cannot fit is refused at start-up"

@@ -1,10 +1,13 @@
 // Binding decisions on synthetic nodes: disjoint even shares, GPU-near NUMA nodes, launcher
-// bindings kept, oversubscription spread evenly.
+// bindings kept, oversubscription spread evenly; and on the hwloc XML topologies of the node
+// shapes users run on (tests/cluster/topologies: one GH200, four GH200, a DGX H100-like x86 node).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "base/error.hpp"
 #include "cluster/binding_plan.hpp"
@@ -35,27 +38,6 @@ so::CpuSet all_cpus(const std::vector<so::Core>& cores) {
   std::vector<int> all;
   for (const auto& c : cores) all.insert(all.end(), c.pus.cpus().begin(), c.pus.cpus().end());
   return so::CpuSet(all);
-}
-
-// Runs both phases for every local rank, as bind_ranks does over MPI.
-std::vector<so::CpuSet> plan_node(so::BindingRequest base) {
-  std::vector<so::BindingIntent> intents;
-  for (int r = 0; r < base.local_size; ++r) {
-    base.local_rank = r;
-    intents.push_back(so::decide_binding(base));
-  }
-  std::vector<so::CpuSet> out;
-  for (int r = 0; r < base.local_size; ++r) {
-    int index = 0, count = 0;
-    for (int p = 0; p < base.local_size; ++p) {
-      if (intents[static_cast<size_t>(p)].candidate_cores != intents[static_cast<size_t>(r)].candidate_cores) continue;
-      if (p < r) ++index;
-      ++count;
-    }
-    out.push_back(so::cpus_of(base.allowed_cores,
-                              so::share_of(intents[static_cast<size_t>(r)].candidate_cores, index, count)));
-  }
-  return out;
 }
 
 void expect_disjoint(const std::vector<so::CpuSet>& sets) {
@@ -100,7 +82,7 @@ TEST(DecideBinding, CpuNodeSplitsAllCoresAmongRanks) {
   request.allowed_cores = node(2, 8, 2);
   request.current = all_cpus(request.allowed_cores);
   request.local_size = 4;
-  const auto sets = plan_node(request);
+  const auto sets = so::plan_node(request);
   expect_disjoint(sets);
   for (const auto& set : sets) EXPECT_EQ(so::cores_in(request.allowed_cores, set), 4);
   // Contiguous blocks stay inside one NUMA node when the split allows it.
@@ -118,7 +100,7 @@ TEST(DecideBinding, GpuRanksGetTheCoresOfTheNearestNumaNode) {
   request.visible_gpus = 4;
   request.gpu_locality = {so::CpuSet::parse("0-7"), so::CpuSet::parse("0-7"), so::CpuSet::parse("8-15"),
                           so::CpuSet::parse("8-15")};
-  const auto sets = plan_node(request);
+  const auto sets = so::plan_node(request);
   expect_disjoint(sets);
   EXPECT_EQ(sets[0], so::CpuSet::parse("0-3"));
   EXPECT_EQ(sets[1], so::CpuSet::parse("4-7"));
@@ -138,7 +120,7 @@ TEST(DecideBinding, Gh200NodeOneGracePerGpu) {
   for (int g = 0; g < 4; ++g) {
     request.gpu_locality.push_back(so::CpuSet::parse(std::to_string(72 * g) + "-" + std::to_string(72 * g + 71)));
   }
-  const auto sets = plan_node(request);
+  const auto sets = so::plan_node(request);
   expect_disjoint(sets);
   for (int g = 0; g < 4; ++g) EXPECT_EQ(sets[static_cast<size_t>(g)].size(), 72u);
   EXPECT_EQ(sets[2], so::CpuSet::parse("144-215"));
@@ -253,10 +235,111 @@ TEST(Topology, SyntheticHwlocTopologyFeedsThePlanner) {
   request.allowed_cores = cores;
   request.current = all_cpus(cores);
   request.local_size = 2;
-  const auto sets = plan_node(request);
+  const auto sets = so::plan_node(request);
   expect_disjoint(sets);
   EXPECT_EQ(topology.numa_nodes_of(sets[0]), (std::vector<int>{0}));
   EXPECT_EQ(topology.numa_nodes_of(sets[1]), (std::vector<int>{1}));
+}
+
+// ---- Real node shapes, from hwloc XML (tests/cluster/topologies/make_topologies.py) ----
+
+struct NodeShape {
+  const char* file;
+  size_t gpus, cores;
+  std::vector<int> gpu_memory_nodes;  // NUMA nodes without CPUs: a GH200's HBM (and MIG) nodes
+};
+
+std::string topology_path(const char* file) {
+  return std::string(SUPEROFFLOAD_SOURCE_DIR) + "/tests/cluster/topologies/" + file;
+}
+
+TEST(NodeShapes, EachRankGetsCoresOfItsGpusSocketAndMemoryOfItsCpuNode) {
+  const std::vector<NodeShape> shapes{{"gh200.xml", 1, 72, {1, 2, 3, 4, 5, 6, 7, 8}},
+                                      {"gh200x4.xml", 4, 288, {4, 12, 20, 28}},
+                                      {"dgx_h100.xml", 8, 112, {}}};
+  for (const auto& shape : shapes) {
+    SCOPED_TRACE(shape.file);
+    const auto topology = so::Topology::from_xml(topology_path(shape.file));
+    const auto cores = topology.allowed_cores();
+    const auto gpus = topology.nvidia_gpu_locality();
+    ASSERT_EQ(cores.size(), shape.cores);
+    ASSERT_EQ(gpus.size(), shape.gpus);
+    for (const auto& core : cores) {  // a core's home is its socket's DDR/LPDDR node, never HBM
+      EXPECT_EQ(std::count(shape.gpu_memory_nodes.begin(), shape.gpu_memory_nodes.end(), core.numa_node), 0);
+    }
+    for (const int ranks : {1, 2, 4, 8}) {
+      SCOPED_TRACE(std::to_string(ranks) + " ranks");
+      so::BindingRequest request;
+      request.allowed_cores = cores;
+      request.current = all_cpus(cores);
+      request.local_size = ranks;
+      request.visible_gpus = static_cast<int>(gpus.size());
+      request.gpu_locality = gpus;
+      const auto sets = so::plan_node(request);
+      expect_disjoint(sets);
+      // Ranks whose GPUs hang off one socket split its cores evenly (a DGX has four GPUs a socket).
+      auto ranks_on_socket_of = [&](size_t gpu) {
+        size_t count = 0;
+        for (int p = 0; p < ranks; ++p) count += gpus[static_cast<size_t>(p) % gpus.size()] == gpus[gpu] ? 1 : 0;
+        return count;
+      };
+      for (int r = 0; r < ranks; ++r) {
+        const auto& mine = sets[static_cast<size_t>(r)];
+        const auto gpu = static_cast<size_t>(r) % gpus.size();
+        EXPECT_EQ(mine.intersection(gpus[gpu]), mine) << "rank " << r << " runs off its GPU's socket";
+        const size_t socket_cores = static_cast<size_t>(so::cores_in(cores, gpus[gpu]));
+        EXPECT_EQ(static_cast<size_t>(so::cores_in(cores, mine)), socket_cores / ranks_on_socket_of(gpu)) << "rank " << r;
+        // The numa column of the start-up table (and where first-touch puts the rank's memory):
+        // the socket's CPU node alone.
+        const auto nodes = topology.numa_nodes_of(mine);
+        ASSERT_EQ(nodes.size(), 1u) << "rank " << r;
+        EXPECT_EQ(nodes, topology.numa_nodes_of(gpus[gpu]));
+        EXPECT_EQ(std::count(shape.gpu_memory_nodes.begin(), shape.gpu_memory_nodes.end(), nodes[0]), 0);
+        // The optimizer's threads: cpuadam_cores_perc of the rank's cores, one per core.
+        const auto per_core = so::one_cpu_per_core(cores, mine);
+        const auto optimizer = so::optimizer_cpus(per_core, 0.9);
+        EXPECT_EQ(optimizer.size(), std::max<size_t>(1, static_cast<size_t>(0.9 * static_cast<double>(per_core.size()))));
+        EXPECT_EQ(static_cast<size_t>(so::cores_in(cores, so::CpuSet(optimizer))), optimizer.size()) << "two threads on one core";
+      }
+    }
+  }
+}
+
+TEST(NodeShapes, GraceNodesAndGpusAreWhereTheFactsPutThem) {
+  const auto quad = so::Topology::from_xml(topology_path("gh200x4.xml"));
+  const auto gpus = quad.nvidia_gpu_locality();
+  ASSERT_EQ(gpus.size(), 4u);
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_EQ(gpus[static_cast<size_t>(g)], so::CpuSet::parse(std::to_string(72 * g) + "-" + std::to_string(72 * g + 71)));
+    EXPECT_EQ(quad.numa_nodes_of(gpus[static_cast<size_t>(g)]), (std::vector<int>{g}));  // not 4, 12, 20, 28
+  }
+  // DGX H100-like: GPUs 0-3 behind the first socket's PCIe switches, 4-7 behind the second's;
+  // two threads per core, so a rank's 14 cores are 28 CPUs and its optimizer takes 12 of them
+  // (0.9 x 14), one per core.
+  const auto dgx = so::Topology::from_xml(topology_path("dgx_h100.xml"));
+  const auto dgx_gpus = dgx.nvidia_gpu_locality();
+  ASSERT_EQ(dgx_gpus.size(), 8u);
+  EXPECT_EQ(dgx_gpus[0], so::CpuSet::parse("0-55,112-167"));
+  EXPECT_EQ(dgx_gpus[7], so::CpuSet::parse("56-111,168-223"));
+  const auto cores = dgx.allowed_cores();
+  so::BindingRequest request;
+  request.allowed_cores = cores;
+  request.current = all_cpus(cores);
+  request.local_size = 8;
+  request.visible_gpus = 8;
+  request.gpu_locality = dgx_gpus;
+  const auto sets = so::plan_node(request);
+  EXPECT_EQ(sets[0], so::CpuSet::parse("0-13,112-125"));
+  EXPECT_EQ(so::optimizer_cpus(so::one_cpu_per_core(cores, sets[0]), 0.9), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+TEST(NodeShapes, ATopologyFileThatIsNotThereIsNamed) {
+  try {
+    so::Topology::from_xml("/nonexistent/node.xml");
+    FAIL() << "loaded a missing file";
+  } catch (const superoffload::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/node.xml"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
