@@ -77,6 +77,9 @@ const Column kTrainColumns[] = {
     // that held the most; the plan's figure is the file attribute planned_device_bytes. NaN on
     // the CPU.
     {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
+    // ... and the most it had reserved from the device (segments: allocated bytes plus the
+    // fragmentation the allocator keeps), torch.cuda.max_memory_reserved.
+    {"device_reserved_peak_bytes", [](const StepRecord& r) { return r.device_reserved_peak_bytes; }},
 };
 
 // /ranks: every rank's value, [steps, world] each, for straggler analysis.
@@ -95,6 +98,7 @@ const Column kRankColumns[] = {
     {"predicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.predicted_stops); }},
     {"mispredicted_stops", [](const StepRecord& r) { return static_cast<double>(r.speculation.mispredicted_stops); }},
     {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
+    {"device_reserved_peak_bytes", [](const StepRecord& r) { return r.device_reserved_peak_bytes; }},
     // Compared with the plan's host bytes per rank (file attribute planned_host_bytes).
     {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
 };
@@ -214,6 +218,9 @@ void MetricsRecorder::record(const StepRecord& r) {
   // The largest device peak of any rank (NaN stays NaN: a CPU run has none).
   for (double peak : rank_values(gathered, columns, "device_peak_bytes")) {
     if (peak > total.device_peak_bytes) total.device_peak_bytes = peak;
+  }
+  for (double peak : rank_values(gathered, columns, "device_reserved_peak_bytes")) {
+    if (peak > total.device_reserved_peak_bytes) total.device_reserved_peak_bytes = peak;
   }
   std::vector<double> row;
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));

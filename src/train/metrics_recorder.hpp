@@ -39,6 +39,7 @@ struct StepRecord {
   int64_t peak_gathered_elements = 0;
   double device_peak_bytes = 0;  // this rank's caching-allocator peak in the step (NaN on the CPU);
                                  // /train holds the largest over ranks
+  double device_reserved_peak_bytes = 0;  // the same for the bytes the allocator reserved
 };
 
 // One evaluation of the validation data (train/validation.hpp), after `step` (0: before the first).

@@ -555,7 +555,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                     .engine = result.engine,
                     .optimizer = result.optimizer,
                     .peak_gathered_elements = engine.memory().peak_live_numel,
-                    .device_peak_bytes = device_peak_bytes(device).value_or(std::nan(""))});
+                    .device_peak_bytes = device_peak_bytes(device).value_or(std::nan("")),
+                    .device_reserved_peak_bytes = device_reserved_peak_bytes(device).value_or(std::nan(""))});
     // Validation every eval_every_steps and after the last step.
     const bool evaluate_now = validation != nullptr && ((t.eval_every_steps > 0 && (step + 1) % t.eval_every_steps == 0) ||
                                                         step + 1 == total_steps);

@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# One lent GPU session, every GPU figure in one command (#31). Runs on the lent machine (one
+# H100/H200, 16 cores, its own PyTorch; no package index), from the working tree that the
+# device tool copies there, with the build that bench/gpu_bundle.sh packed here:
+#
+#   env          GPU, driver, CUDA, NCCL, PyTorch, CPU: the facts every figure needs
+#   tests        every CTest test labelled gpu (commands as CTest lists them)
+#   correctness  the tiny model's losses on the GPU against the CPU, reduce buckets of 20,000
+#                elements (every layer in several chunks), fp32 and bf16, speculation always,
+#                auto and never, gradient_clipping 0 and 1.0; a checkpoint written on the GPU
+#                resumed on the CPU and the other way round
+#   memory       Llama shapes of 1B, 3B and 8B (random init, bf16, activation checkpointing, seq
+#                4096, micro-batch 4, ratio 0.85): the plan's device terms next to the measured
+#                peaks (allocated and reserved); a run at the plan's limit + 10% refused, and
+#                run anyway without the check to show it does not fit
+#   moonshot     Llama-3.1-8B's shape on the one GPU with SuperOffload against the on-device
+#                TFLOPS of a model that fits (3B, optimizer on the device), same seq and batch
+#   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
+#
+# Each part writes $OUT/<part>.txt and a line to $OUT/summary.txt, and the next part runs
+# when one fails. Parts are cut to what is left before --deadline (seconds from the start).
+#
+#   bench/gpu_session.sh [--out DIR] [--quick] [--deadline 560] [--parts env,tests,...]
+#                        [--bundle .gpu/bundle.tar.xz] [--dry-run]
+# --quick: about 3 minutes (the GPU tests, one correctness pair, the 1B memory row, the speed
+# table at clip 1.0 with 2 timed steps). --dry-run: on any machine, print every step with its
+# commands, check the script's own inputs (configs, model shapes, the bundle and what it
+# holds) and exit 0; the test suite runs it (cli_gpu_session).
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
+parts=env,tests,correctness,memory,moonshot,speed
+while (($#)); do
+  case $1 in
+    --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
+    --parts) parts=$2; shift ;; --bundle) bundle=$2; shift ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_session.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+start=$SECONDS
+left() { echo $((deadline - (SECONDS - start))); }
+mkdir -p "$out"
+summary=$out/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+# ---- what the build was made at, and where it must sit -----------------------------------------
+# The programs' RUNPATHs and the GPU tests' commands name absolute paths of the tree they were
+# built in (the repository root and its .venv's LibTorch); the session recreates those paths.
+built_root=/work/main
+# A rehearsal of the plumbing on a machine without a GPU (not a measurement): SO_SESSION_DEVICE=cpu
+# runs every "GPU" run on the CPU, SO_SESSION_SEQ and SO_SESSION_SHAPES ("1b:256x2 3b:384x2")
+# shrink the memory part's models.
+gpu=${SO_SESSION_DEVICE:-cuda} seq=${SO_SESSION_SEQ:-4096}
+torch_dir_at_build=$built_root/.venv/lib/python3.11/site-packages
+
+# ---- dry run: the plan and the inputs -------------------------------------------------------------
+if ((dry)); then
+  bad=0
+  check() { if eval "$2"; then echo "  ok       $1"; else echo "  MISSING  $1"; bad=1; fi; }
+  echo "gpu_session.sh --dry-run: parts $parts, deadline ${deadline}s, quick $quick, results in $out"
+  echo "inputs:"
+  check "configs/tiny.toml" "[[ -f $here/configs/tiny.toml ]]"
+  check "configs/models/tiny-llama (tokenizer for the scaled models)" "[[ -f $here/configs/models/tiny-llama/tokenizer.json ]]"
+  check "configs/models/llama-3.1-8b/config.json (the moonshot's shape)" \
+    "grep -q '\"hidden_size\": 4096' $here/configs/models/llama-3.1-8b/config.json"
+  check "bench/offload_modes.sh and bench/scaled_llama.sh" "[[ -x $here/bench/offload_modes.sh && -f $here/bench/scaled_llama.sh ]]"
+  check "tests/gpu/test_copy_lag.sh, test_train_cuda.sh" "[[ -f $here/tests/gpu/test_copy_lag.sh && -f $here/tests/gpu/test_train_cuda.sh ]]"
+  if [[ -f $bundle ]]; then
+    listing=$(tar -tJf "$bundle" 2>/dev/null)
+    echo "  ok       bundle $bundle ($(du -h "$bundle" | cut -f1))"
+    for f in build/bin/superoffload build/bin/train_parity build/bin/offload_parity build/bin/test_gpu_devices \
+      build/bin/test_gpu_attention build/lib/libd2h_lag.so build/gpu_tests.json build/torch_version.txt \
+      usr/bin/orted usr/bin/mpirun lib/libmpi.so.40 lib/libhdf5_serial.so.103; do
+      check "  bundle holds $f" "grep -qx './$f' <<<\"\$listing\""
+    done
+  else
+    echo "  absent   bundle $bundle: make it here with bench/gpu_bundle.sh before the device call (not an error in a dry run)"
+  fi
+  echo "steps (each with a time limit, cut to what is left of the deadline):"
+  cat <<EOF
+  setup        unpack the bundle; link $built_root to the tree if it sits elsewhere; $built_root/.venv -> the
+               machine's PyTorch (same version as the build's, checked); Open MPI from the bundle (OPAL_PREFIX)
+  env          nvidia-smi; nvcc --version; python3 -c 'torch, torch.version.cuda, torch.cuda.nccl.version()'; lscpu
+  tests        for each test of build/gpu_tests.json (ctest -L gpu): its command and environment, skip/pass/fail
+  correctness  superoffload train configs/tiny.toml --set runtime.device=cpu|cuda --set precision.bf16=false|true
+                 --set offload.speculation=always|auto|never --set training.gradient_clipping=0|1.0
+                 --set zero.reduce_bucket_size=20000 (10 steps); GPU vs CPU within 2e-3 (fp32) / 3e-2 (bf16);
+               GPU step-5 checkpoint resumed on the CPU (--resume DIR) and the CPU's on the GPU
+  memory       superoffload plan ... --gpus-per-node 1 --gpu-memory <measured>; superoffload train (3 steps) of
+               1B (hidden 2048 x 16), 3B (3072 x 28), 8B (llama-3.1-8b) at seq 4096, micro-batch 4, bf16;
+               /train/device_peak_bytes, device_reserved_peak_bytes vs the plan; the refused run and the forced one
+  moonshot     the 8B row's TFLOPS/tokens/s against the 3B with offload.device=none (same seq, micro-batch)
+  speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
+EOF
+  ((bad)) && { echo "gpu_session.sh --dry-run: inputs missing (above)" >&2; exit 1; }
+  exit 0
+fi
+
+# ---- setup ------------------------------------------------------------------------------------------
+[[ -f $bundle ]] || { note "setup: FAILED: no bundle at $bundle (make it with bench/gpu_bundle.sh)"; exit 1; }
+if [[ $here != "$built_root" ]]; then
+  if [[ -e $built_root ]]; then
+    note "setup: FAILED: the build's paths need $built_root, which exists here and is not this tree"; exit 1
+  fi
+  mkdir -p "$(dirname "$built_root")" && ln -s "$here" "$built_root"
+fi
+cd "$built_root" || exit 1
+root=/tmp/so-gpu-root
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "$bundle" ||
+  { note "setup: FAILED: could not unpack $bundle"; exit 1; }
+# A build made in this tree (a trial of this script beside the build) is used as it is.
+[[ -f build/CMakeCache.txt ]] || { rm -rf build && mv "$root/build" build; }
+machine_python=$(command -v python3)
+machine_site=$("$machine_python" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+if [[ ! -e .venv ]]; then
+  mkdir -p .venv/bin "$(dirname "$torch_dir_at_build")"
+  ln -s "$machine_site" "$torch_dir_at_build"
+  # The tests' Python (h5py, numpy) is the machine's, without the bundle's libraries.
+  printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$machine_python" > .venv/bin/python
+  chmod +x .venv/bin/python
+fi
+want_torch=$(cat "$root/build/torch_version.txt" 2>/dev/null || cat build/torch_version.txt) have_torch=$("$machine_python" -c 'import torch; print(torch.__version__)')
+export OPAL_PREFIX=$root/usr PMIX_INSTALL_PREFIX=$root/usr/lib/x86_64-linux-gnu/pmix2
+export PATH=$root/usr/bin:$PATH LD_LIBRARY_PATH=$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_mca_base_component_show_load_errors=0
+[[ -f build/CMakeCache.txt ]] && ctest --test-dir build -L gpu --show-only=json-v1 > "$root/build/gpu_tests.json"
+bin=$built_root/build/bin/superoffload
+if ! "$bin" version > "$out/setup.txt" 2>&1; then
+  note "setup: FAILED: build/bin/superoffload does not start here (PyTorch $have_torch, built against $want_torch):"
+  tail -5 "$out/setup.txt" | tee -a "$summary"; exit 1
+fi
+note "setup: ok in $((SECONDS - start)) s; PyTorch here $have_torch, build's $want_torch"
+
+# run_part NAME BUDGET: runs part_NAME with its output in $OUT/NAME.txt, cut to the deadline.
+run_part() {
+  local name=$1 budget=$2 t0=$SECONDS
+  [[ ,$parts, == *,$name,* ]] || return 0
+  local room=$(($(left) - 10))
+  if ((room < 20)); then note "$name: SKIPPED: ${room}s left before the deadline"; return 0; fi
+  ((budget > room)) && budget=$room
+  part_deadline=$((SECONDS + budget))
+  if ( "part_$name" ) > "$out/$name.txt" 2>&1; then
+    note "$name: ok in $((SECONDS - t0)) s"
+  else
+    note "$name: FAILED or cut ($((SECONDS - t0)) s of ${budget}): see $name.txt"
+  fi
+  grep '^RESULT' "$out/$name.txt" | sed 's/^RESULT /  /' | tee -a "$summary"
+}
+part_left() { echo $((part_deadline - SECONDS)); }
+# within SECONDS CMD...: a step with a limit, never past its part's deadline.
+within() {
+  local limit=$1
+  shift
+  local room=$(($(part_left) - 2))
+  ((limit > room)) && limit=$room
+  ((limit < 5)) && { echo "cut: no time left for: $*"; return 124; }
+  timeout --kill-after=10 "$limit" "$@"
+}
+
+part_env() {
+  nvidia-smi
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  nvcc --version 2>/dev/null | tail -2
+  "$machine_python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpu", torch.cuda.get_device_name(0))'
+  lscpu | grep -E 'Model name|^CPU\(s\)|Thread|NUMA node'
+  free -g | head -2
+  uname -r
+  "$bin" version
+  echo "RESULT $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader); torch $have_torch; $(lscpu | sed -nE 's/^Model name: *//p')"
+}
+
+part_tests() {
+  "$machine_python" - "$root/build/gpu_tests.json" "$root/usr/bin/mpiexec" "$(part_left)" <<'PY'
+import json, os, subprocess, sys, time
+tests = json.load(open(sys.argv[1]))["tests"]
+mpiexec, budget = sys.argv[2], float(sys.argv[3])
+deadline = time.time() + budget - 5
+failed = 0
+for t in tests:
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    env = dict(os.environ)
+    for kv in props.get("ENVIRONMENT", []):
+        k, _, v = kv.partition("=")
+        env[k] = v.replace("/usr/bin/mpiexec", mpiexec)
+    env["MPIEXEC"] = mpiexec
+    cmd = [mpiexec if c == "/usr/bin/mpiexec" else c for c in t["command"]]
+    left = deadline - time.time()
+    if left < 10:
+        print(f"RESULT {t['name']}: NOT RUN (deadline)"); failed += 1; continue
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, cwd=props.get("WORKING_DIRECTORY"), capture_output=True, text=True,
+                           timeout=min(left, float(props.get("TIMEOUT", 600))))
+        text, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+    skipped = rc == 77 or "[  SKIPPED ]" in text or "SKIPPED:" in text
+    verdict = "skipped" if skipped else "passed" if rc == 0 else f"FAILED ({rc})"
+    failed += verdict.startswith("FAILED")
+    print(f"===== {t['name']}: {verdict} in {time.time() - t0:.1f} s\n{text[-6000:]}")
+    print(f"RESULT {t['name']}: {verdict} ({time.time() - t0:.0f} s)", flush=True)
+sys.exit(1 if failed else 0)
+PY
+}
+
+corpus=/tmp/so-corpus.jsonl
+tiny_run() {  # tiny_run NAME DEVICE [--set ...]: 10 steps of the tiny model
+  local name=$1 device=$2
+  shift 2
+  within 90 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set training.output_dir="$work/$name" \
+    --set data.path="$corpus" --set data.seq_len=64 --set training.max_steps=10 --set checkpoint.every_steps=5 \
+    --set checkpoint.save_on_exit=false --set zero.reduce_bucket_size=20000 --set runtime.device="$device" "$@" \
+    > "$work/$name.log" 2>&1
+}
+losses() { sed -nE 's/.*Step ([0-9]+)\/[0-9]+ \| Loss ([0-9.e+-]+).*/\1 \2/p' "$1"; }
+# compare A.log B.log TOL LABEL: worst relative loss difference, RESULT line, status
+compare() {
+  join <(losses "$1") <(losses "$2") | awk -v tol="$3" -v label="$4" '
+    { n++; rel = ($2 - $3) / $2; if (rel < 0) rel = -rel; if (rel > worst) worst = rel }
+    END { ok = n >= 10 && worst < tol; printf "RESULT %s: %d steps, worst relative difference %.2e (limit %g) %s\n",
+          label, n, worst, tol, ok ? "ok" : "FAILED"; exit !ok }'
+}
+
+part_correctness() {
+  work=$(mktemp -d)
+  "$built_root/build/bin/superoffload_demo_corpus" "$corpus" --tokens 100000 > /dev/null
+  local status=0 precisions=(false true) clips=(1.0 0) specs=(always auto never) n=$(nproc)
+  local upper_half=$((n / 2))-$((n - 1))
+  ((n < 4)) && upper_half=0-$((n - 1))
+  ((quick)) && precisions=(false) clips=(1.0) specs=(auto)
+  for bf16 in "${precisions[@]}"; do
+    for clip in "${clips[@]}"; do
+      # The CPU reference runs beside the GPU runs (its own cores: the GPU runs need few).
+      taskset -c "$upper_half" bash -c "$(declare -f within part_left tiny_run); part_deadline=$part_deadline bin=$bin work=$work corpus=$corpus \
+        tiny_run cpu_bf16${bf16}_clip$clip cpu --set precision.bf16=$bf16 --set training.gradient_clipping=$clip \
+        --set runtime.bind=none" &
+      local ref=$!
+      for spec in "${specs[@]}"; do
+        local set_spec=(--set offload.speculation=$spec)
+        [[ $spec == never ]] && set_spec=(--set offload.super_offload=false)
+        tiny_run "gpu_bf16${bf16}_clip${clip}_$spec" "$gpu" --set precision.bf16=$bf16 \
+          --set training.gradient_clipping=$clip "${set_spec[@]}" || { echo "GPU run failed:"; tail -20 "$work/gpu_bf16${bf16}_clip${clip}_$spec.log"; status=1; }
+      done
+      wait $ref || { echo "CPU run failed:"; tail -20 "$work/cpu_bf16${bf16}_clip$clip.log"; status=1; }
+      local tol=2e-3
+      [[ $bf16 == true ]] && tol=3e-2
+      for spec in "${specs[@]}"; do
+        compare "$work/cpu_bf16${bf16}_clip$clip.log" "$work/gpu_bf16${bf16}_clip${clip}_$spec.log" $tol \
+          "bf16 $bf16 clip $clip speculation $spec: GPU vs CPU" || status=1
+      done
+    done
+  done
+  grep -h "time breakdown" "$work"/gpu_bf16false_clip1.0_auto.log | tail -1
+  # Checkpoint portability: the GPU's step-5 checkpoint resumed on the CPU, the CPU's on the GPU;
+  # steps 6-10 must follow the uninterrupted run of the resuming device.
+  local gpu_run=$work/gpu_bf16false_clip1.0_auto cpu_run=$work/cpu_bf16false_clip1.0
+  for pair in "gpu cpu $gpu_run" "cpu $gpu $cpu_run"; do
+    set -- $pair
+    local from=$1 to=$2 dir=$3
+    [[ -d $dir/checkpoints/step_00000005 ]] || { echo "RESULT checkpoint from $from: no step-5 checkpoint"; status=1; continue; }
+    within 90 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set training.output_dir="$work/resumed_from_$from" \
+      --set data.path="$corpus" --set data.seq_len=64 --set training.max_steps=10 --set checkpoint.every_steps=0 \
+      --set checkpoint.save_on_exit=false --set zero.reduce_bucket_size=20000 --set runtime.device=$to \
+      --set training.gradient_clipping=1.0 --set offload.speculation=auto --resume "$dir/checkpoints/step_00000005" \
+      > "$work/resumed_from_$from.log" 2>&1 || { tail -20 "$work/resumed_from_$from.log"; status=1; }
+    grep -h "resum" "$work/resumed_from_$from.log" | head -2
+    local same=$gpu_run
+    [[ $to == cpu ]] && same=$cpu_run
+    join <(losses "$same.log") <(losses "$work/resumed_from_$from.log") | awk -v label="checkpoint written on $from, resumed on $to" '
+      { n++; rel = ($2 - $3) / $2; if (rel < 0) rel = -rel; if (rel > worst) worst = rel }
+      END { ok = n == 5 && worst < 2e-3; printf "RESULT %s: steps 6-10 within %.2e of that device'"'"'s uninterrupted run %s\n",
+            label, worst, ok ? "ok" : "FAILED"; exit !ok }' || status=1
+  done
+  rm -rf "$work"
+  return $status
+}
+
+# llama_dir DIR SHAPE: a model directory with the demo tokenizer and the shape's config.json
+llama_dir() {
+  local dir=$1 shape=$2
+  mkdir -p "$dir"
+  cp configs/models/tiny-llama/* "$dir/"
+  case $shape in
+    8b) cp configs/models/llama-3.1-8b/config.json "$dir/" ;;
+    *)  local hidden=${shape%x*} layers=${shape#*x}
+        source bench/scaled_llama.sh
+        scaled_llama "$dir" "$hidden" "$layers" "$seq" 1 "$built_root/build" ;;
+  esac
+}
+gpu_gib=
+measure_run() {  # measure_run NAME SHAPE LIMIT [--set ...]: plan + 3 steps, plan vs peaks
+  local name=$1 shape=$2 limit=$3
+  shift 3
+  local dir=$work/$name
+  llama_dir "$dir/model" "$shape"
+  local common=(--set model.path="$dir/model" --set data.path="$corpus4k" --set data.seq_len=$seq
+    --set training.train_micro_batch_size_per_gpu=4 --set runtime.device=$gpu --set precision.bf16=true --set training.activation_checkpointing=true
+    --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16 --set zero.sub_group_size=100000000
+    --set zero.reduce_bucket_size=200000000 --set offload.cpuadam_cores_perc=0.9 "$@")
+  echo "===== $name ($shape): plan"
+  "$bin" plan configs/tiny.toml "${common[@]}" --gpus-per-node 1 --gpu-memory "$gpu_gib" 2>&1 | tee "$dir.plan"
+  echo "===== $name: train"
+  within "$limit" mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml "${common[@]}" --set training.output_dir="$dir/out" \
+    --set training.max_steps=100 --set training.timing_warmup_steps=1 --set training.bench_steps=2 \
+    --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false --set metrics.wall_clock_breakdown=true \
+    > "$dir.log" 2>&1
+  local rc=$?
+  grep -E "memory:|optimizer:|training |Step |time breakdown|summary|error|Error" "$dir.log" | cut -c1-400 | tail -25
+  ((rc == 0)) || { echo "RESULT $name: train exited $rc"; tail -15 "$dir.log"; return 1; }
+  "$machine_python" - "$dir/out/metrics.h5" "$name" "$dir.log" <<'PY'
+import sys, re, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+name, log = sys.argv[2], open(sys.argv[3]).read()
+alloc = float(np.nanmax(f["train/device_peak_bytes"][...]))
+reserved = float(np.nanmax(f["train/device_reserved_peak_bytes"][...])) if "train/device_reserved_peak_bytes" in f else float("nan")
+plan = float(f.attrs["planned_device_bytes"])
+host = float(np.nanmax(f["ranks/host_peak_rss_bytes"][...])) if "ranks/host_peak_rss_bytes" in f else float("nan")
+plan_host = float(f.attrs.get("planned_host_bytes", "nan"))
+m = re.search(r"summary: .*", log)
+g = 2**30
+print(f"RESULT {name}: plan {plan/g:.2f} GiB (without runtime) vs peak allocated {alloc/g:.2f} GiB ({(plan/alloc-1)*100:+.1f}%), "
+      f"reserved {reserved/g:.2f} GiB ({(plan/reserved-1)*100:+.1f}%); host plan {plan_host/g:.1f} GiB vs peak RSS {host/g:.1f} GiB")
+if m: print(f"RESULT {name}: {m.group(0)[:300]}")
+PY
+}
+
+part_memory() {
+  work=$(mktemp -d)
+  gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 |
+    awk '{ printf "%.1f", $1 / 1024 * 1.073741824 }')
+  gpu_gib=${gpu_gib:-141}
+  corpus4k=$work/corpus.jsonl
+  "$built_root/build/bin/superoffload_demo_corpus" "$corpus4k" --tokens 400000 > /dev/null
+  local status=0 shapes=(1b:2048x16 3b:3072x28) s3b=3072x28
+  ((quick)) && shapes=(1b:2048x16)
+  [[ -n ${SO_SESSION_SHAPES:-} ]] && read -ra shapes <<<"$SO_SESSION_SHAPES" && s3b=${shapes[-1]#*:}
+  for s in "${shapes[@]}"; do
+    measure_run "llama_${s%%:*}" "${s#*:}" 120 || status=1
+  done
+  # The moonshot's baseline: the 3B with its optimizer on the device (fits whole), same seq/batch.
+  if [[ ,$parts, == *,moonshot,* ]] && ((!quick)); then
+    measure_run llama_3b_on_device "$s3b" 120 --set offload.device=none || status=1
+    measure_run llama_8b 8b 240 || status=1
+    "$machine_python" - "$work" <<'PY' || status=1
+import sys, re, glob
+def tflops(name):
+    log = open(f"{sys.argv[1]}/{name}.log").read()
+    m = re.search(r"TFLOPS ([0-9.]+) per device \(model\), ([0-9.]+) per device \(hardware\)", log)
+    t = re.search(r"([0-9]+) tokens/s", log.split("summary:")[-1])
+    return (float(m.group(1)), float(m.group(2)), t.group(1)) if m else None
+a, b = tflops("llama_8b"), tflops("llama_3b_on_device")
+if a and b:
+    print(f"RESULT moonshot: 8B SuperOffload {a[0]:.1f} model / {a[1]:.1f} hardware TFLOPS, {a[2]} tokens/s; "
+          f"3B on the device {b[0]:.1f} / {b[1]:.1f} TFLOPS, {b[2]} tokens/s; ratio (model TFLOPS) {a[0]/b[0]:.2f} (goal >= 0.9)")
+else:
+    print("RESULT moonshot: a run has no summary"); sys.exit(1)
+PY
+  fi
+  # Refusal: the 3B at the micro-batch whose plan first exceeds the GPU by about 10%.
+  if ((!quick)) && (($(part_left) > 60)); then
+    local dir=$work/refuse
+    llama_dir "$dir/model" "$s3b"
+    local mb
+    for mb in 8 12 16 20 24 28 32 40 48 56 64; do
+      "$bin" plan configs/tiny.toml --set model.path="$dir/model" --set data.seq_len=$seq --set precision.bf16=true \
+        --set training.train_micro_batch_size_per_gpu=$mb --set offload.ratio=0.85 --gpus-per-node 1 --gpu-memory "$gpu_gib" \
+        > "$dir.plan" 2>&1
+      grep -q "does not fit" "$dir.plan" && break
+    done
+    cat "$dir.plan"
+    local refuse=(mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set model.path="$dir/model" --set data.path="$corpus4k"
+      --set data.seq_len=$seq --set precision.bf16=true --set training.train_micro_batch_size_per_gpu=$mb --set runtime.device=$gpu --set offload.ratio=0.85
+      --set training.max_steps=2 --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false --set training.output_dir="$dir/out")
+    within 60 "${refuse[@]}" > "$dir.refused" 2>&1
+    echo "RESULT refusal at micro-batch $mb: exit $?: $(grep -m1 -iE 'error|does not fit' "$dir.refused" | cut -c1-300)"
+    grep -iE -A4 "does not fit|would fit|advice" "$dir.refused" | head -12
+    within 90 "${refuse[@]}" --set runtime.check_memory=false > "$dir.forced" 2>&1
+    echo "RESULT forced past the plan at micro-batch $mb: exit $?: $(grep -m1 -iE 'out of memory|error' "$dir.forced" | cut -c1-300)"
+  fi
+  rm -rf "$work"
+  return $status
+}
+part_moonshot() { echo "RESULT moonshot: measured within the memory part (llama_8b and llama_3b_on_device rows)"; }
+
+part_speed() {
+  local status=0 clips=(1.0 0) steps=4
+  ((quick)) && clips=(1.0) steps=2
+  for clip in "${clips[@]}"; do
+    within "$(($(part_left) - 5))" bash bench/offload_modes.sh --clip "$clip" --steps $steps --build "$built_root/build" \
+      > "/tmp/so-speed-clip$clip.log" 2>&1 || status=1
+    cat "/tmp/so-speed-clip$clip.log"
+    grep -E "ms/step|^model" "/tmp/so-speed-clip$clip.log" | sed 's/^ */RESULT /'
+    rm -f "/tmp/so-speed-clip$clip.log"
+  done
+  return $status
+}
+
+run_part env 30
+if ((quick)); then
+  run_part tests 100; run_part correctness 40; run_part memory 60; run_part speed 70
+else
+  run_part tests 110; run_part correctness 110; run_part memory 200; run_part moonshot 5; run_part speed 200
+fi
+note "session: $((SECONDS - start)) s"
