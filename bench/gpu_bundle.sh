@@ -38,7 +38,7 @@ grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CXX_COMPILER|SUPEROFFLOAD_PYTHON|MPIEXEC_EXECU
   "$build/CMakeCache.txt" > "$root/build/cache.txt"
 "$here/.venv/bin/python" -c 'import torch; print(torch.__version__)' > "$root/build/torch_version.txt"
 
-# Open MPI as Debian lays it out, relocatable with OPAL_PREFIX (and PMIx with PMIX_INSTALL_PREFIX).
+# Open MPI as Debian lays it out, relocatable with OPAL_PREFIX (and PMIx with PMIX_PREFIX).
 multi=/usr/lib/x86_64-linux-gnu
 cp -a "$multi/openmpi" "$multi/pmix2" "$root/usr/lib/x86_64-linux-gnu/"
 cp -a /usr/share/openmpi "$root/usr/share/"
