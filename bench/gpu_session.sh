@@ -125,14 +125,18 @@ if [[ ! -e .venv ]]; then
 fi
 want_torch=$(cat "$root/build/torch_version.txt" 2>/dev/null || cat build/torch_version.txt) have_torch=$("$machine_python" -c 'import torch; print(torch.__version__)')
 export OPAL_PREFIX=$root/usr PMIX_PREFIX=$root/usr/lib/x86_64-linux-gnu/pmix2
-export PATH=$root/usr/bin:$PATH LD_LIBRARY_PATH=$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The CUDA runtime and NCCL of the machine's PyTorch, where /usr/local/cuda lacks them.
+cuda_dirs=$(find "$machine_site/nvidia" \( -name 'libcudart.so.1*' -o -name 'libnccl.so.2*' \) -printf '%h\n' 2>/dev/null |
+  sort -u | paste -sd:)
+export PATH=$root/usr/bin:$PATH LD_LIBRARY_PATH=$root/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_mca_base_component_show_load_errors=0
 [[ -f build/CMakeCache.txt ]] && ctest --test-dir build -L gpu --show-only=json-v1 > "$root/build/gpu_tests.json"
 bin=$built_root/build/bin/superoffload
 if ! "$bin" version > "$out/setup.txt" 2>&1; then
   note "setup: FAILED: build/bin/superoffload does not start here (PyTorch $have_torch, built against $want_torch):"
-  tail -5 "$out/setup.txt" | tee -a "$summary"; exit 1
+  tail -5 "$out/setup.txt" | tee -a "$summary"
+  ldd "$bin" | grep -i "not found" | tee -a "$summary"; exit 1
 fi
 note "setup: ok in $((SECONDS - start)) s; PyTorch here $have_torch, build's $want_torch"
 
