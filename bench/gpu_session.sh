@@ -16,6 +16,8 @@
 #   moonshot     Llama-3.1-8B's shape on the one GPU with SuperOffload against the on-device
 #                TFLOPS of a model that fits (3B, optimizer on the device), same seq and batch
 #   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
+#   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
+#   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
 #
 # Each part writes $OUT/<part>.txt and a line to $OUT/summary.txt, and the next part runs
 # when one fails. Parts are cut to what is left before --deadline (seconds from the start).
@@ -29,7 +31,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
-parts=env,tests,correctness,memory,moonshot,speed
+parts=env,tests,correctness,memory,moonshot,speed,link,profile
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
@@ -95,6 +97,8 @@ if ((dry)); then
                /train/device_peak_bytes, device_reserved_peak_bytes vs the plan; the refused run and the forced one
   moonshot     the 8B row's TFLOPS/tokens/s against the 3B with offload.device=none (same seq, micro-batch)
   speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
+  link         python3: pinned and pageable copies of 2 GiB each way; cudaHostRegister of 8 GiB
+  profile      superoffload train (1.65B, seq 2048 x 4) --set profile.step=3: per layer and phase, CUDA events
 EOF
   ((bad)) && { echo "gpu_session.sh --dry-run: inputs missing (above)" >&2; exit 1; }
   exit 0
@@ -113,6 +117,8 @@ root=/tmp/so-gpu-root
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "$bundle" ||
   { note "setup: FAILED: could not unpack $bundle"; exit 1; }
 # A build made in this tree (a trial of this script beside the build) is used as it is.
+tests_json=$root/gpu_tests.json
+cp "$root/build/gpu_tests.json" "$tests_json"
 [[ -f build/CMakeCache.txt ]] || { rm -rf build && mv "$root/build" build; }
 machine_python=$(command -v python3)
 machine_site=$("$machine_python" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
@@ -130,8 +136,8 @@ cuda_dirs=$(find "$machine_site/nvidia" \( -name 'libcudart.so.1*' -o -name 'lib
   sort -u | paste -sd:)
 export PATH=$root/usr/bin:$PATH LD_LIBRARY_PATH=$root/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMPI_MCA_mca_base_component_show_load_errors=0
-[[ -f build/CMakeCache.txt ]] && ctest --test-dir build -L gpu --show-only=json-v1 > "$root/build/gpu_tests.json"
+export OMPI_MCA_mca_base_component_show_load_errors=0 PMIX_MCA_pcompress_base_silence_warning=1
+[[ -f build/CMakeCache.txt ]] && ctest --test-dir build -L gpu --show-only=json-v1 > "$tests_json"
 bin=$built_root/build/bin/superoffload
 if ! "$bin" version > "$out/setup.txt" 2>&1; then
   note "setup: FAILED: build/bin/superoffload does not start here (PyTorch $have_torch, built against $want_torch):"
@@ -179,7 +185,7 @@ part_env() {
 }
 
 part_tests() {
-  "$machine_python" - "$root/build/gpu_tests.json" "$root/usr/bin/mpiexec" "$(part_left)" <<'PY'
+  "$machine_python" - "$tests_json" "$root/usr/bin/mpiexec" "$(part_left)" <<'PY'
 import json, os, subprocess, sys, time
 tests = json.load(open(sys.argv[1]))["tests"]
 mpiexec, budget = sys.argv[2], float(sys.argv[3])
@@ -351,21 +357,7 @@ part_memory() {
   # The moonshot's baseline: the 3B with its optimizer on the device (fits whole), same seq/batch.
   if [[ ,$parts, == *,moonshot,* ]] && ((!quick)); then
     measure_run llama_3b_on_device "$s3b" 120 --set offload.device=none || status=1
-    [[ -z ${SO_SESSION_SHAPES:-} ]] && { measure_run llama_8b 8b 240 || status=1; }
-    "$machine_python" - "$work" <<'PY' || status=1
-import sys, re, glob
-def tflops(name):
-    log = open(f"{sys.argv[1]}/{name}.log").read()
-    m = re.search(r"TFLOPS ([0-9.]+) per device \(model\), ([0-9.]+) per device \(hardware\)", log)
-    t = re.search(r"([0-9]+) tokens/s", log.split("summary:")[-1])
-    return (float(m.group(1)), float(m.group(2)), t.group(1)) if m else None
-a, b = tflops("llama_8b"), tflops("llama_3b_on_device")
-if a and b:
-    print(f"RESULT moonshot: 8B SuperOffload {a[0]:.1f} model / {a[1]:.1f} hardware TFLOPS, {a[2]} tokens/s; "
-          f"3B on the device {b[0]:.1f} / {b[1]:.1f} TFLOPS, {b[2]} tokens/s; ratio (model TFLOPS) {a[0]/b[0]:.2f} (goal >= 0.9)")
-else:
-    print("RESULT moonshot: a run has no summary"); sys.exit(1)
-PY
+    cp "$work/llama_3b_on_device.log" /tmp/so-on-device-baseline.log
   fi
   # Refusal: the 3B at the micro-batch whose plan first exceeds the GPU by about 10%.
   if ((!quick)) && (($(part_left) > 60)); then
@@ -391,7 +383,82 @@ PY
   rm -rf "$work"
   return $status
 }
-part_moonshot() { echo "RESULT moonshot: measured within the memory part (llama_8b and llama_3b_on_device rows)"; }
+# The moonshot: Llama-3.1-8B's shape on the one GPU with SuperOffload; its model TFLOPS against
+# the on-device baseline of the memory part (the 3B with the optimizer on the device), when run.
+part_moonshot() {
+  work=$(mktemp -d)
+  gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 |
+    awk '{ printf "%.1f", $1 / 1024 * 1.073741824 }')
+  gpu_gib=${gpu_gib:-141}
+  corpus4k=$work/corpus.jsonl
+  "$built_root/build/bin/superoffload_demo_corpus" "$corpus4k" --tokens 400000 > /dev/null
+  local status=0
+  measure_run llama_8b 8b "$(($(part_left) - 5))" || status=1
+  "$machine_python" - "$work/llama_8b.log" /tmp/so-on-device-baseline.log <<'PY' || status=1
+import sys, re, os
+def tflops(path):
+    if not os.path.exists(path): return None
+    log = open(path).read().split("summary:")[-1]
+    m = re.search(r"TFLOPS ([0-9.]+) per device \(model\), ([0-9.]+) per device \(hardware\)", log)
+    t = re.search(r"([0-9]+) tokens/s", log)
+    return (float(m.group(1)), float(m.group(2)), t.group(1)) if m and t else None
+a, b = tflops(sys.argv[1]), tflops(sys.argv[2])
+if a:
+    print(f"RESULT moonshot: 8B SuperOffload {a[0]:.1f} model / {a[1]:.1f} hardware TFLOPS, {a[2]} tokens/s")
+if a and b:
+    print(f"RESULT moonshot: on-device baseline (3B, optimizer on the GPU) {b[0]:.1f} / {b[1]:.1f} TFLOPS, {b[2]} tokens/s; "
+          f"ratio of model TFLOPS {a[0]/b[0]:.2f} (goal >= 0.9)")
+sys.exit(0 if a else 1)
+PY
+  rm -rf "$work"
+  return $status
+}
+
+# The host-device link: what pinned and pageable copies reach here, and how fast memory is
+# pinned (cudaHostRegister), the ceilings of the offloaded optimizer's traffic.
+part_link() {
+  "$machine_python" - <<'PY'
+import time, torch
+n = 2 << 30
+dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+def rate(label, fn, reps=3):
+    fn(); torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps): fn()
+    torch.cuda.synchronize()
+    gbs = reps * n / (time.perf_counter() - t) / 1e9
+    print(f"RESULT link {label}: {gbs:.1f} GB/s"); return gbs
+pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+pageable = torch.empty(n, dtype=torch.uint8); pageable.fill_(1)
+rate("d2h pinned", lambda: pinned.copy_(dev, non_blocking=True))
+rate("h2d pinned", lambda: dev.copy_(pinned, non_blocking=True))
+rate("d2h pageable", lambda: pageable.copy_(dev))
+rate("h2d pageable", lambda: dev.copy_(pageable))
+big = torch.empty(8 << 30, dtype=torch.uint8)
+t = time.perf_counter()
+rc = torch.cuda.cudart().cudaHostRegister(big.data_ptr(), big.numel(), 0)
+dt = time.perf_counter() - t
+print(f"RESULT link cudaHostRegister of 8 GiB (untouched pages): {dt:.2f} s ({8.59 / dt:.1f} GB/s), rc {rc}")
+PY
+}
+
+# One SuperOffload step profiled per layer and phase with CUDA events ([profile] step), at 1.65B.
+part_profile() {
+  work=$(mktemp -d)
+  source bench/scaled_llama.sh
+  scaled_llama "$work" 2560 24 2048 $((2048 * 4 * 10)) "$built_root/build"
+  within 120 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set model.path="$work" \
+    --set data.path="$work/corpus.jsonl" --set data.seq_len=2048 --set training.train_micro_batch_size_per_gpu=4 \
+    --set precision.bf16=true --set training.output_dir="$work/out" --set checkpoint.every_steps=0 \
+    --set checkpoint.save_on_exit=false --set training.timing_warmup_steps=2 --set training.bench_steps=2 \
+    --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true --set profile.step=3 \
+    --set profile.top_layers=30 --set runtime.device="$gpu" > "$work/log" 2>&1
+  local rc=$?
+  grep -vE "^\s*$" "$work/log" | grep -E "profile|layer|Step|breakdown|summary|ms|error" | cut -c1-300 | head -80
+  grep -m1 "summary:" "$work/log" | sed 's/.*summary:/RESULT profiled 1.65B run:/' | cut -c1-300
+  rm -rf "$work"
+  return $rc
+}
 
 part_speed() {
   local status=0 clips=(1.0 0) steps=4
@@ -407,9 +474,12 @@ part_speed() {
 }
 
 run_part env 30
-if ((quick)); then
+if [[ -n ${SO_SESSION_ORDER:-} ]]; then  # a second session in the same task: only what is left
+  for p in ${SO_SESSION_ORDER//,/ }; do run_part "${p%:*}" "${p#*:}"; done
+elif ((quick)); then
   run_part tests 100; run_part correctness 40; run_part memory 60; run_part speed 70
 else
-  run_part tests 100; run_part correctness 100; run_part memory 180; run_part moonshot 5; run_part speed 200
+  run_part tests 100; run_part correctness 100; run_part link 20; run_part memory 150; run_part moonshot 200
+  run_part profile 60; run_part speed 200
 fi
 note "session: $((SECONDS - start)) s"

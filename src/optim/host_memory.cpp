@@ -1,9 +1,16 @@
 // HostMemory.
 #include "optim/host_memory.hpp"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "base/logging.hpp"
+#include "cluster/host_pinning.hpp"
 
 namespace superoffload::optim {
 
@@ -24,14 +31,32 @@ HostMemory::HostMemory(bool pin, int64_t planned_bytes) {
 
 at::Tensor HostMemory::empty(at::IntArrayRef sizes, at::ScalarType type) {
   if (pin_) {
-    try {
-      return at::empty(sizes, at::TensorOptions().dtype(type).pinned_memory(true));
-    } catch (const std::exception& e) {
-      pin_ = false;
-      why_not_ = e.what();
-      SO_LOG(warning) << "pinning optimizer host memory failed (" << why_not_.substr(0, why_not_.find('\n'))
-                      << "); using plain memory. HINT: check `ulimit -l` and free host memory";
+    // Mapped and registered at the size asked for: LibTorch's pinned allocator would round each
+    // buffer up to a power of two (up to twice the host memory of the plan).
+    const int64_t numel = c10::multiply_integers(sizes);
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t bytes = std::max<size_t>(page, (static_cast<size_t>(numel) * c10::elementSize(type) + page - 1) / page * page);
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    std::string why;
+    if (data == MAP_FAILED) {
+      why = "mmap of " + std::to_string(bytes >> 20) + " MiB: " + std::strerror(errno);
+    } else {
+      ::madvise(data, bytes, MADV_HUGEPAGE);  // the CPU optimizer streams through it: fewer TLB misses
+      if (cluster::pin_host_range(data, bytes, why)) {
+        return at::from_blob(
+            data, sizes,
+            [bytes](void* p) {
+              cluster::unpin_host_range(p);
+              ::munmap(p, bytes);
+            },
+            at::TensorOptions().dtype(type));
+      }
+      ::munmap(data, bytes);
     }
+    pin_ = false;
+    why_not_ = why;
+    SO_LOG(warning) << "pinning optimizer host memory failed (" << why_not_
+                    << "); using plain memory. HINT: check `ulimit -l` and free host memory";
   }
   return at::empty(sizes, at::TensorOptions().dtype(type));
 }

@@ -1,5 +1,6 @@
 // Host buffers of the offloaded optimizer. With a GPU and [offload] pin_memory, page-locked
-// (pinned) memory, so device copies run at full link speed and asynchronously; when pinning
+// (pinned) memory, so device copies run at full link speed and asynchronously (mapped at the
+// size asked for and registered with the CUDA runtime: cluster/host_pinning.hpp); when pinning
 // fails, or RLIMIT_MEMLOCK (`ulimit -l`) is smaller than what will be pinned — a known source
 // of host out-of-memory kills with DeepSpeed — plain memory is used instead, with a warning
 // that says how to fix it. CPU-only runs use plain memory.
