@@ -207,7 +207,9 @@ for t in tests:
         print(f"RESULT {t['name']}: NOT RUN (deadline)"); failed += 1; continue
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, env=env, cwd=props.get("WORKING_DIRECTORY"), capture_output=True, text=True,
+        cwd = props.get("WORKING_DIRECTORY")
+        if cwd: os.makedirs(cwd, exist_ok=True)
+        p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
                            timeout=min(left, float(props.get("TIMEOUT", 600))))
         text, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:

@@ -139,7 +139,7 @@ void inspect_metrics(const fs::path& path) {
   }
   std::printf("  phases (mean s per step):");
   for (const char* phase : {"forward_s", "backward_s", "gather_wait_s", "reduce_s", "reduce_wait_s", "d2h_s", "cpu_step_s",
-                            "device_step_s", "h2d_s", "optimizer_wait_s", "rollback_s"}) {
+                            "device_step_s", "h2d_s", "optimizer_wait_s", "rollback_s", "norm_s"}) {
     if (file.has(std::string("train/") + phase)) std::printf(" %s %.4f", phase, mean(series(phase), from));
   }
   std::printf("\n  memory      host peak RSS %.1f MB (rank 0)\n", series("host_peak_rss_bytes").back() / 1e6);

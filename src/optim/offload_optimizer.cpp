@@ -520,7 +520,10 @@ StepOutcome OffloadOptimizer::finish_step() {
   StepOutcome outcome;
   backward_end_ = now_s();
   // Global norm and non-finite flag from the reduced gradients (one all-reduce).
-  outcome.grad_norm = engine_.global_grad_norm();
+  {
+    ScopedTime timed(times_.norm_s);
+    outcome.grad_norm = engine_.global_grad_norm();
+  }
   const bool finite = std::isfinite(outcome.grad_norm);
   const double coefficient = clip_coefficient(s_.adamw.gradient_clipping, outcome.grad_norm);
   outcome.clipped = finite && coefficient < 1.0;

@@ -54,9 +54,12 @@ void ShardedAdamW::begin_step(double lr) {
 }
 
 StepOutcome ShardedAdamW::finish_step() {
-  base::ScopedTime timed(times_.device_step_s);
   StepOutcome outcome;
-  outcome.grad_norm = engine_.global_grad_norm();
+  {
+    base::ScopedTime timed(times_.norm_s);
+    outcome.grad_norm = engine_.global_grad_norm();
+  }
+  base::ScopedTime timed(times_.device_step_s);
   if (!std::isfinite(outcome.grad_norm)) {
     outcome.skipped = true;
     return outcome;

@@ -41,7 +41,8 @@ struct OptimizerTimes {
   double h2d_s = 0;          // updated weights back to the device shards
   double wait_s = 0;         // step end waiting for speculated steps
   double rollback_s = 0;     // redoing (clipped) or undoing (skipped) speculated steps
-  double total() const { return d2h_s + cpu_step_s + device_step_s + h2d_s + wait_s + rollback_s; }
+  double norm_s = 0;         // the global gradient norm at step end (and its all-reduce)
+  double total() const { return d2h_s + cpu_step_s + device_step_s + h2d_s + wait_s + rollback_s + norm_s; }
 };
 
 }  // namespace superoffload::optim

@@ -71,6 +71,7 @@ const Column kTrainColumns[] = {
     {"h2d_s", [](const StepRecord& r) { return r.optimizer.h2d_s; }},
     {"optimizer_wait_s", [](const StepRecord& r) { return r.optimizer.wait_s; }},
     {"rollback_s", [](const StepRecord& r) { return r.optimizer.rollback_s; }},
+    {"norm_s", [](const StepRecord& r) { return r.optimizer.norm_s; }},
     {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
     {"peak_gathered_elements", [](const StepRecord& r) { return static_cast<double>(r.peak_gathered_elements); }},
     // GPU runs: the most bytes LibTorch's caching allocator held during the step, on the rank

@@ -60,7 +60,7 @@ std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTi
   text << "  time breakdown (s): forward " << e.forward_s << ", backward " << e.backward_s << ", gather wait "
        << e.gather_wait_s << ", reduce " << e.reduce_s << " (wait " << e.reduce_wait_s << "), d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s
        << ", device_step " << o.device_step_s << ", h2d " << o.h2d_s << ", wait " << o.wait_s << ", rollback "
-       << o.rollback_s;
+       << o.rollback_s << ", norm " << o.norm_s;
   return text.str();
 }
 

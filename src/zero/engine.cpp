@@ -19,14 +19,33 @@ using base::ScopedTime;
 namespace {
 
 // Sum of squares of an fp32 tensor, accumulated in fp64. On the CPU one pass over the data on
-// LibTorch's threads (no fp64 copy); not finite when an element is not.
+// LibTorch's threads (no fp64 copy), in eight independent sums per thread: one running sum is
+// bound by the latency of its additions (0.45 G elements/s per thread measured on an EPYC; the
+// CPU share of an 8B model is 6.8G elements every step). Not finite when an element is not.
 double squared_norm(const at::Tensor& t) {
-  if (!t.device().is_cpu()) return t.to(at::kDouble).pow(2).sum().item<double>();
+  if (!t.device().is_cpu()) {
+    // In slices: an fp64 copy of the whole shard (and its square) would be a transient of four
+    // times its fp32 size on the device, 8 GiB for the embedding of an 8B model's device share.
+    constexpr int64_t kSlice = int64_t{1} << 24;
+    const auto flat = t.reshape({-1});
+    auto sum = at::zeros({}, flat.options().dtype(at::kDouble));
+    for (int64_t begin = 0; begin < flat.numel(); begin += kSlice) {
+      sum += flat.narrow(0, begin, std::min(kSlice, flat.numel() - begin)).to(at::kDouble).square().sum();
+    }
+    return sum.item<double>();
+  }
   const float* data = t.const_data_ptr<float>();
   return at::parallel_reduce(
       int64_t{0}, t.numel(), int64_t{1} << 16, 0.0,
       [&](int64_t begin, int64_t end, double sum) {
-        for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+        constexpr int kLanes = 8;
+        double lanes[kLanes] = {};
+        int64_t i = begin;
+        for (; i + kLanes <= end; i += kLanes) {
+          for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(data[i + k]) * static_cast<double>(data[i + k]);
+        }
+        for (; i < end; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+        for (double lane : lanes) sum += lane;
         return sum;
       },
       [](double a, double b) { return a + b; });
