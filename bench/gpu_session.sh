@@ -116,9 +116,10 @@ cd "$built_root" || exit 1
 root=/tmp/so-gpu-root
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "$bundle" ||
   { note "setup: FAILED: could not unpack $bundle"; exit 1; }
-# A build made in this tree (a trial of this script beside the build) is used as it is.
 tests_json=$root/gpu_tests.json
 cp "$root/build/gpu_tests.json" "$tests_json"
+want_torch=$(cat "$root/build/torch_version.txt")
+# A build made in this tree (a trial of this script beside the build) is used as it is.
 [[ -f build/CMakeCache.txt ]] || { rm -rf build && mv "$root/build" build; }
 machine_python=$(command -v python3)
 machine_site=$("$machine_python" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
@@ -129,7 +130,7 @@ if [[ ! -e .venv ]]; then
   printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$machine_python" > .venv/bin/python
   chmod +x .venv/bin/python
 fi
-want_torch=$(cat "$root/build/torch_version.txt" 2>/dev/null || cat build/torch_version.txt) have_torch=$("$machine_python" -c 'import torch; print(torch.__version__)')
+have_torch=$("$machine_python" -c 'import torch; print(torch.__version__)')
 export OPAL_PREFIX=$root/usr PMIX_PREFIX=$root/usr/lib/x86_64-linux-gnu/pmix2
 # The CUDA runtime and NCCL of the machine's PyTorch, where /usr/local/cuda lacks them.
 cuda_dirs=$(find "$machine_site/nvidia" \( -name 'libcudart.so.1*' -o -name 'libnccl.so.2*' \) -printf '%h\n' 2>/dev/null |
