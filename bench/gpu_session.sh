@@ -347,13 +347,19 @@ if m: print(f"RESULT {name}: {m.group(0)[:300]}")
 PY
 }
 
-part_memory() {
+# long_runs_setup: what measure_run needs: $work, the GPU's memory in GB ($gpu_gib, for plan)
+# and a corpus long enough for a few steps at seq 4096 ($corpus4k).
+long_runs_setup() {
   work=$(mktemp -d)
   gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 |
     awk '{ printf "%.1f", $1 / 1024 * 1.073741824 }')
   gpu_gib=${gpu_gib:-141}
   corpus4k=$work/corpus.jsonl
   "$built_root/build/bin/superoffload_demo_corpus" "$corpus4k" --tokens 400000 > /dev/null
+}
+
+part_memory() {
+  long_runs_setup
   local status=0 shapes=(1b:2048x16 3b:3072x28) s3b=3072x28
   ((quick)) && shapes=(1b:2048x16)
   [[ -n ${SO_SESSION_SHAPES:-} ]] && read -ra shapes <<<"$SO_SESSION_SHAPES" && s3b=${shapes[-1]#*:}
@@ -392,12 +398,7 @@ part_memory() {
 # The moonshot: Llama-3.1-8B's shape on the one GPU with SuperOffload; its model TFLOPS against
 # the on-device baseline of the memory part (the 3B with the optimizer on the device), when run.
 part_moonshot() {
-  work=$(mktemp -d)
-  gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 |
-    awk '{ printf "%.1f", $1 / 1024 * 1.073741824 }')
-  gpu_gib=${gpu_gib:-141}
-  corpus4k=$work/corpus.jsonl
-  "$built_root/build/bin/superoffload_demo_corpus" "$corpus4k" --tokens 400000 > /dev/null
+  long_runs_setup
   local status=0
   measure_run llama_8b 8b "$(($(part_left) - 5))" || status=1
   "$machine_python" - "$work/llama_8b.log" /tmp/so-on-device-baseline.log <<'PY' || status=1
