@@ -579,6 +579,7 @@ StepOutcome OffloadOptimizer::finish_step() {
   }
   if (outcome.skipped) return outcome;
   {
+    const double late_start = now_s();
     ScopedTime timed(times_.cpu_step_s);
     for (size_t k = rollbacks; k < passes.size(); ++k) {
       auto& g = groups_[passes[k]];
@@ -586,6 +587,7 @@ StepOutcome OffloadOptimizer::finish_step() {
       step_cpu(g, AdamWPass::step, scale, after(k));
       ++counts.late;
     }
+    times_.cpu_late_s = now_s() - late_start;
   }
   {
     ScopedTime timed(times_.device_step_s);

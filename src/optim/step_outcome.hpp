@@ -37,6 +37,7 @@ struct OptimizerTimes {
   double d2h_s = 0;          // gradients to host memory (0 for SuperOffload: the engine reduces them
                              // into host memory, overlapped, counted in its reduce_s)
   double cpu_step_s = 0;     // SIMD AdamW on the host (speculated and after backward)
+  double cpu_late_s = 0;     // of which after backward, on the step's critical path
   double device_step_s = 0;  // AdamW on the engine's device
   double h2d_s = 0;          // updated weights back to the device shards
   double wait_s = 0;         // step end waiting for speculated steps

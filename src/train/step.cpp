@@ -46,6 +46,7 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   const double loss_scale = 1.0 / std::max(1.0, result.tokens);
   const double aux_scale = 1.0 / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));
   double sums[2] = {0, 0};  // loss, aux
+  const double forward_backward_start = now_s();
   try {
     for (size_t m = 0; m < batches.size(); ++m) {
       micro_batch = m;
@@ -64,6 +65,7 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   }
   engine.on_gradient_ready(nullptr);
   engine.on_layer_done(nullptr);
+  result.forward_backward_s = now_s() - forward_backward_start;
   comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
   result.loss = sums[0] / std::max(1.0, result.tokens);
   result.aux_loss = sums[1] / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));

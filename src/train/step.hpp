@@ -44,7 +44,8 @@ struct StepResult {
   double tokens = 0;    // tokens that carry a loss in the global batch
   optim::StepOutcome outcome;
   double seconds = 0;      // this rank's wall time of the step (without making the batches)
-  double optimizer_s = 0;  // of which in finish_step
+  double forward_backward_s = 0;  // of which the micro-batches' forward and backward passes
+  double optimizer_s = 0;         // of which in finish_step
   zero::PhaseTimes engine;           // this step's engine phases
   optim::OptimizerTimes optimizer;   // this step's optimizer phases
 };

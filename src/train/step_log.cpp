@@ -55,12 +55,20 @@ std::string format_eval(double loss) {
   return " | Eval loss " + format_significant(loss, 6) + " | ppl " + format_significant(std::exp(loss), 4);
 }
 
-std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTimes& o) {
+std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTimes& o, const StepWall& w) {
   std::ostringstream text;
   text << "  time breakdown (s): forward " << e.forward_s << ", backward " << e.backward_s << ", gather wait "
        << e.gather_wait_s << ", reduce " << e.reduce_s << " (wait " << e.reduce_wait_s << "), d2h " << o.d2h_s << ", cpu_step " << o.cpu_step_s
-       << ", device_step " << o.device_step_s << ", h2d " << o.h2d_s << ", wait " << o.wait_s << ", rollback "
-       << o.rollback_s << ", norm " << o.norm_s;
+       << " (after backward " << o.cpu_late_s << "), device_step " << o.device_step_s << ", h2d " << o.h2d_s << ", wait "
+       << o.wait_s << ", rollback " << o.rollback_s << ", norm " << o.norm_s;
+  // The phases in each part of the step; the rest of each part is untimed. The CPU steps taken
+  // during backward run beside it on the optimizer's threads: only the late ones count here.
+  const double in_forward_backward = e.forward_s + e.backward_s + e.gather_wait_s + e.reduce_s;
+  const double in_optimizer = o.norm_s + o.wait_s + o.rollback_s + o.cpu_late_s + o.device_step_s + o.h2d_s + o.d2h_s;
+  text.precision(3);
+  text << std::fixed << "; wall: data " << w.data_s << ", forward/backward " << w.forward_backward_s << " (untimed "
+       << w.forward_backward_s - in_forward_backward << "), optimizer " << w.optimizer_s << " (untimed "
+       << w.optimizer_s - in_optimizer << "), rest of the step " << w.step_s - w.data_s - w.forward_backward_s - w.optimizer_s;
   return text.str();
 }
 

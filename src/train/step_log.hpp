@@ -35,7 +35,19 @@ std::string format_significant(double value, int significant);
 // DeepSpeed's progress line ([logging] steps_per_print), as DeepSpeed prints it, so that scripts
 // that read DeepSpeed logs read ours: "step=200, skipped=0, lr=[3e-05], mom=[(0.9, 0.999)]".
 std::string format_deepspeed_progress(int64_t step, int64_t skipped, double lr, double beta1, double beta2);
-// "  time breakdown (s): forward …, backward …" of the engine and the optimizer phases.
-std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer);
+// Where a step's wall-clock time went, on the host: what the phases above do not cover shows
+// up as "untimed" in the part it lies in (on a GPU, mostly the host waiting for the device at
+// a synchronisation no phase times).
+struct StepWall {
+  double step_s = 0;              // the whole step, as the step line shows it
+  double data_s = 0;              // making this rank's micro-batches
+  double forward_backward_s = 0;  // every micro-batch's forward and backward with its reductions
+  double optimizer_s = 0;         // the optimizer's step end (finish_step)
+};
+
+// "  time breakdown (s): forward …, backward …; wall: data …, forward/backward … (untimed …), …"
+// of the engine and the optimizer phases.
+std::string format_breakdown(const zero::PhaseTimes& engine, const optim::OptimizerTimes& optimizer,
+                             const StepWall& wall);
 
 }  // namespace superoffload::train

@@ -520,6 +520,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     const std::string step_name = "step " + std::to_string(step + 1) + ": ";
     watchdog.progress(step_name + "data");
     const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
+    const double data_s = now_s() - step_start;
     const double lr = schedule.at(step);
     std::optional<zero::LayerProfiler> profiler;  // [profile] step
     if (cfg.profile.step == step + 1) {
@@ -578,7 +579,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1),
            .evaluated = evaluate_now,
            .eval_loss = eval_result.loss});
-      if (cfg.metrics.wall_clock_breakdown) SO_LOG(info) << format_breakdown(result.engine, result.optimizer);
+      if (cfg.metrics.wall_clock_breakdown) {
+        SO_LOG(info) << format_breakdown(result.engine, result.optimizer,
+                                         {.step_s = step_s,
+                                          .data_s = data_s,
+                                          .forward_backward_s = result.forward_backward_s,
+                                          .optimizer_s = result.optimizer_s});
+      }
     }
     if (rank == 0 && cfg.logging.steps_per_print > 0 && (step + 1) % cfg.logging.steps_per_print == 0) {
       SO_LOG(info) << format_deepspeed_progress(step + 1, skips.total(), lr, cfg.optimizer.betas.at(0),

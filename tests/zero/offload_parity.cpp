@@ -12,7 +12,8 @@
 //   - after clipped steps "auto" also stops on its prediction (some of them wrongly, in the
 //     sequence with 10 clipped steps of 30) and still matches synchronous;
 //   - synchronous mode with every sub-group on the CPU equals the reference sharded AdamW
-//     within 1e-6 (the SIMD kernel inside real training);
+//     within 1e-6 (the SIMD kernel inside real training; 4e-6 where the reference is the fused
+//     CUDA kernel);
 //   - CPU steps of sub-groups finish before backward ends (overlap).
 // --bucket N: the engine's reduce_bucket_size (default 5e8: one chunk per layer). --low-clip X:
 // the threshold every step exceeds (default 0.5, at one rank 1.2).
@@ -201,7 +202,13 @@ int main(int argc, char** argv) {
     check(always_vs_sync <= 1e-6, "speculation always and synchronous parameters differ by more than 1e-6");
     check(auto_vs_sync <= 1e-6, "speculation auto and synchronous parameters differ by more than 1e-6");
     check(low_vs_sync <= 1e-6, "speculation auto and synchronous differ by more than 1e-6 when every step clips");
-    check(cpu_vs_reference <= 1e-6, "the CPU kernel in training differs from the reference AdamW by more than 1e-6");
+    // On the CPU the reference is LibTorch's CPU AdamW, with the same operations in the same
+    // order: 1e-6. On a GPU it is LibTorch's fused CUDA AdamW (nvcc contracts multiply-adds):
+    // one-ulp differences per step that the next forward and backward amplify over 30 steps
+    // (1.24e-6 measured on an H200): 4e-6, still far below any wrong update (1e-3 and up).
+    const double reference_limit = device.is_cpu() ? 1e-6 : 4e-6;
+    check(cpu_vs_reference <= reference_limit, "the CPU kernel in training differs from the reference AdamW by more than "
+                                               "its limit (1e-6 on the CPU, 4e-6 against the CUDA kernel)");
     check(always.skipped == 1 && automatic.skipped == 1 && synchronous.skipped == 1,
           "the infinite step must be skipped exactly once");
     check(always.clipped >= 2, "clipping must trigger in this test");
