@@ -449,20 +449,27 @@ print(f"RESULT link cudaHostRegister of 8 GiB (untouched pages): {dt:.2f} s ({8.
 PY
 }
 
-# One SuperOffload step profiled per layer and phase with CUDA events ([profile] step), at 1.65B.
+# One SuperOffload step profiled per layer and phase with CUDA events ([profile] step), at 1.65B;
+# then the same model in the ZeRO-Offload mode (every sub-group on the CPU, after backward). Every
+# step's breakdown with its wall-clock accounting (what the phases leave untimed, and where).
 part_profile() {
   work=$(mktemp -d)
   source bench/scaled_llama.sh
   scaled_llama "$work" 2560 24 2048 $((2048 * 4 * 10)) "$built_root/build"
-  within 120 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set model.path="$work" \
-    --set data.path="$work/corpus.jsonl" --set data.seq_len=2048 --set training.train_micro_batch_size_per_gpu=4 \
-    --set precision.bf16=true --set training.output_dir="$work/out" --set checkpoint.every_steps=0 \
-    --set checkpoint.save_on_exit=false --set training.timing_warmup_steps=2 --set training.bench_steps=2 \
-    --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true --set profile.step=3 \
-    --set profile.top_layers=30 --set runtime.device="$gpu" > "$work/log" 2>&1
-  local rc=$?
-  grep -vE "^\s*$" "$work/log" | grep -E "profile|layer|Step|breakdown|summary|ms|error" | cut -c1-300 | head -80
+  local rc=0 common=(--set model.path="$work" --set data.path="$work/corpus.jsonl" --set data.seq_len=2048
+    --set training.train_micro_batch_size_per_gpu=4 --set precision.bf16=true --set checkpoint.every_steps=0
+    --set checkpoint.save_on_exit=false --set training.timing_warmup_steps=2 --set training.bench_steps=2
+    --set offload.cpuadam_cores_perc=0.9 --set metrics.wall_clock_breakdown=true --set runtime.device="$gpu")
+  within 120 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml "${common[@]}" --set training.output_dir="$work/out" \
+    --set profile.step=3 --set profile.top_layers=30 > "$work/log" 2>&1 || rc=1
+  grep -vE "^\s*$" "$work/log" | grep -E "profile|layer|Step|breakdown|summary|ms|error|optimizer:" | cut -c1-900 | head -80
   grep -m1 "summary:" "$work/log" | sed 's/.*summary:/RESULT profiled 1.65B run:/' | cut -c1-300
+  grep "wall:" "$work/log" | tail -1 | sed 's/.*wall:/RESULT auto clip 1.0, last step wall:/'
+  echo "===== ZeRO-Offload mode (super_offload false, ratio 1.0)"
+  within 90 mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml "${common[@]}" --set training.output_dir="$work/out_zo" \
+    --set offload.super_offload=false --set offload.ratio=1.0 > "$work/log_zo" 2>&1 || rc=1
+  grep -E "Step|breakdown|summary|error|optimizer:" "$work/log_zo" | cut -c1-900 | head -30
+  grep "wall:" "$work/log_zo" | tail -1 | sed 's/.*wall:/RESULT ZeRO-Offload mode, last step wall:/'
   rm -rf "$work"
   return $rc
 }
