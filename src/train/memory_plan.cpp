@@ -122,7 +122,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.device_logits_bytes = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
-  // CUDA context (~0.5 GiB), cuBLAS workspaces, NCCL's buffers between ranks.
+  // Seen by LibTorch's allocator as well (an H200's tiny run peaked 40 MB over the terms
+  // above): cuBLAS's workspace on the compute stream, LibTorch's default of 32 MiB on Hopper,
+  // and the global gradient norm's fp64 copy and square of a slice of up to 2^24 elements.
+  p.device_workspace_bytes = 32.0 * 1024 * 1024 + 16 * std::min(largest / ranks, 16777216.0);
+  // CUDA context (~0.5 GiB), NCCL's buffers between ranks.
   p.device_runtime_bytes = (ranks > 1 ? 1.0 : 0.75) * 1024 * 1024 * 1024;
   // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient (4) and bf16 staging (2)
   // of the CPU share. With the NVMe tier master and moments live in the file, and the host
@@ -147,6 +151,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.host_runtime_bytes = process_baseline_bytes() + communication + (on_gpu ? kCudaHostRuntimeBytes : 0);
   if (!on_gpu) {  // CPU runs: everything lives in host memory (no CUDA runtime)
     p.device_runtime_bytes = 0;
+    p.device_workspace_bytes = 0;  // no cuBLAS; the norm sums host memory in place
     p.host_optimizer_bytes += p.device_total();
   }
   return p;
@@ -166,7 +171,8 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
                     gib(p.device_gradient_bytes) + ", gathered layers " + gib(p.device_gathered_bytes) +
                     ", layer gradients and reduce buckets " + gib(p.device_reduce_bytes) + ", activations " +
                     gib(p.device_activation_bytes) + ", loss logits " + gib(p.device_logits_bytes) +
-                    ", optimizer share " + gib(p.device_optimizer_bytes) + ", CUDA/NCCL runtime " +
+                    ", optimizer share " + gib(p.device_optimizer_bytes) + ", workspaces " +
+                    gib(p.device_workspace_bytes) + ", CUDA/NCCL runtime " +
                     gib(p.device_runtime_bytes) + " = " + gib(p.device_total()) +
                     (device_capacity_bytes > 0 ? " of " + gib(device_capacity_bytes) : ""));
   }
@@ -198,7 +204,8 @@ std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& m, const conf
           << plan.device_parameter_bytes / 1e9 << ", gradients " << plan.device_gradient_bytes / 1e9 << ", gathered "
           << plan.device_gathered_bytes / 1e9 << ", reduce buckets " << plan.device_reduce_bytes / 1e9
           << ", activations " << plan.device_activation_bytes / 1e9 << ", logits " << plan.device_logits_bytes / 1e9
-          << ", optimizer share " << plan.device_optimizer_bytes / 1e9 << ") and the GPU has " << free / 1e9
+          << ", optimizer share " << plan.device_optimizer_bytes / 1e9 << ", workspaces "
+          << plan.device_workspace_bytes / 1e9 << ") and the GPU has " << free / 1e9
           << " GB of " << total / 1e9 << " GB free: it would run out of device memory";
   std::vector<std::string> fixes;
   int more = ranks;

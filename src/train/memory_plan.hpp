@@ -42,6 +42,8 @@ struct MemoryPlan {
                                        // checkpointing) and one layer's recompute working set
   double device_logits_bytes = 0;      // the loss chunk's fp32 logits and their gradient
   double device_optimizer_bytes = 0;   // the device share's fp32 master and moments
+  double device_workspace_bytes = 0;   // through LibTorch's allocator besides: cuBLAS's workspace
+                                       // and the gradient norm's fp64 slices
   double device_runtime_bytes = 0;     // CUDA context, cuBLAS and NCCL workspaces (estimate;
                                        // already in use when train checks free memory)
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
@@ -54,7 +56,8 @@ struct MemoryPlan {
   double nvme_bytes = 0;
   double device_total() const {
     return device_parameter_bytes + device_gradient_bytes + device_gathered_bytes + device_reduce_bytes +
-           device_activation_bytes + device_logits_bytes + device_optimizer_bytes + device_runtime_bytes;
+           device_activation_bytes + device_logits_bytes + device_optimizer_bytes + device_workspace_bytes +
+           device_runtime_bytes;
   }
   double host_total() const { return host_optimizer_bytes + host_setup_bytes + host_runtime_bytes; }
 };
