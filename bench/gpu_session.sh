@@ -15,6 +15,7 @@
 #                run anyway without the check to show it does not fit
 #   moonshot     Llama-3.1-8B's shape on the one GPU with SuperOffload against the on-device
 #                TFLOPS of a model that fits (3B, optimizer on the device), same seq and batch
+#   baseline     that 3B alone, for a session that runs the moonshot without the memory part
 #   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
@@ -31,7 +32,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
-parts=env,tests,correctness,memory,moonshot,speed,link,profile
+parts=env,tests,correctness,memory,baseline,moonshot,speed,link,profile
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
@@ -96,6 +97,7 @@ if ((dry)); then
                1B (hidden 2048 x 16), 3B (3072 x 28), 8B (llama-3.1-8b) at seq 4096, micro-batch 4, bf16;
                /train/device_peak_bytes, device_reserved_peak_bytes vs the plan; the refused run and the forced one
   moonshot     the 8B row's TFLOPS/tokens/s against the 3B with offload.device=none (same seq, micro-batch)
+  baseline     that 3B alone (SO_SESSION_ORDER=...,baseline:60,moonshot:170 without the memory part)
   speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
   link         python3: pinned and pageable copies of 2 GiB each way; cudaHostRegister of 8 GiB
   profile      superoffload train (1.65B, seq 2048 x 4) --set profile.step=3: per layer and phase, CUDA events
@@ -395,11 +397,26 @@ part_memory() {
   rm -rf "$work"
   return $status
 }
+# The moonshot's baseline alone (when the memory part is not run): the 3B with its optimizer on
+# the device, fitting whole, at the moonshot's seq and micro-batch.
+part_baseline() {
+  long_runs_setup
+  local status=0
+  measure_run llama_3b_on_device 3072x28 "$(($(part_left) - 5))" --set offload.device=none || status=1
+  cp "$work/llama_3b_on_device.log" /tmp/so-on-device-baseline.log
+  rm -rf "$work"
+  return $status
+}
+
 # The moonshot: Llama-3.1-8B's shape on the one GPU with SuperOffload; its model TFLOPS against
-# the on-device baseline of the memory part (the 3B with the optimizer on the device), when run.
+# the on-device baseline of the memory or baseline part (the 3B with the optimizer on the
+# device), when run. SO_SESSION_ALLOC_CONF: PYTORCH_CUDA_ALLOC_CONF for this run (for example
+# expandable_segments:True, against the reserved-allocated gap).
 part_moonshot() {
   long_runs_setup
   local status=0
+  [[ -n ${SO_SESSION_ALLOC_CONF:-} ]] && export PYTORCH_CUDA_ALLOC_CONF=$SO_SESSION_ALLOC_CONF &&
+    echo "RESULT moonshot with PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF"
   measure_run llama_8b 8b "$(($(part_left) - 5))" || status=1
   "$machine_python" - "$work/llama_8b.log" /tmp/so-on-device-baseline.log <<'PY' || status=1
 import sys, re, os
@@ -475,7 +492,7 @@ part_profile() {
 }
 
 part_speed() {
-  local status=0 clips=(1.0 0) steps=4
+  local status=0 clips=(1.0 0) steps=${SO_SESSION_SPEED_STEPS:-4}
   ((quick)) && clips=(1.0) steps=2
   for clip in "${clips[@]}"; do
     within "$(($(part_left) - 5))" bash bench/offload_modes.sh --clip "$clip" --steps $steps --build "$built_root/build" ${SO_SESSION_SPEED_ARGS:-} \
