@@ -10,17 +10,22 @@
 #
 #   bench/offload_modes.sh [--hidden 2560] [--layers 24] [--seq 2048] [--micro 4] [--clip 0|X|both]
 #                          [--steps 4] [--ranks 1] [--bf16 true] [--build build]
+#                          [--modes device,auto,always,zerooffload]
+# --modes: a subset of the rows, for a short session (a row not run shows "not run", and ratios
+# to it are left out).
 # --clip: the gradient-clipping threshold for every mode; with random initialisation every
 # step clips (norms of 20-50), so 1.0 measures the clipped path (redo, or steps left late)
 # and 0 the overlap; `both` runs 0 and 1.0 and prints both tables.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 hidden=2560 layers=24 seq=2048 micro=4 clip=0 steps=4 ranks=1 bf16=true build=$here/build
+modes=device,auto,always,zerooffload
 while (($#)); do
   case $1 in
     --hidden) hidden=$2 ;; --layers) layers=$2 ;; --seq) seq=$2 ;; --micro) micro=$2 ;;
     --clip) clip=$2 ;; --steps) steps=$2 ;; --ranks) ranks=$2 ;; --bf16) bf16=$2 ;; --build) build=$2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --modes) modes=$2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "offload_modes.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -46,18 +51,29 @@ mean_step() {  # mean_step NAME CLIP [--set ...]: prints the summary's mean step
 }
 table() {  # table CLIP
   local clip=$1
-  baseline=$(mean_step "device_clip$clip" "$clip" --set offload.device=none)
-  auto=$(mean_step "auto_clip$clip" "$clip" --set offload.speculation=auto)
-  always=$(mean_step "always_clip$clip" "$clip" --set offload.speculation=always)
-  zero=$(mean_step "zerooffload_clip$clip" "$clip" --set offload.super_offload=false --set offload.ratio=1.0)
-  params=$(sed -nE 's/.*training ([0-9.]+M) parameters.*/\1/p' "$work/device_clip$clip.log")
+  wanted() { [[ ,$modes, == *,$1,* ]]; }
+  local baseline=nan auto=nan always=nan zero=nan
+  wanted device && baseline=$(mean_step "device_clip$clip" "$clip" --set offload.device=none)
+  wanted auto && auto=$(mean_step "auto_clip$clip" "$clip" --set offload.speculation=auto)
+  wanted always && always=$(mean_step "always_clip$clip" "$clip" --set offload.speculation=always)
+  wanted zerooffload && zero=$(mean_step "zerooffload_clip$clip" "$clip" --set offload.super_offload=false --set offload.ratio=1.0)
+  params=$(sed -nE 's/.*training ([0-9.]+M) parameters.*/\1/p' "$work"/*_clip"$clip".log | head -1)
   printf '\nmodel %s parameters, seq %s x micro-batch %s, %s rank(s), gradient_clipping %s\n' "$params" "$seq" "$micro" \
     "$ranks" "$clip"
-  awk -v b="$baseline" -v a="$auto" -v s="$always" -v z="$zero" 'BEGIN {
-    printf "  optimizer on the device (baseline)  %9.1f ms/step\n", b
-    printf "  SuperOffload, speculation auto      %9.1f ms/step  %.2fx the baseline, %.2fx ZeRO-Offload'"'"'s time\n", a, a / b, a / z
-    printf "  SuperOffload, speculation always    %9.1f ms/step  %.2fx the baseline, %.2fx ZeRO-Offload'"'"'s time\n", s, s / b, s / z
-    printf "  ZeRO-Offload (after backward)       %9.1f ms/step  %.2fx the baseline\n", z, z / b }'
+  awk -v b="$baseline" -v a="$auto" -v s="$always" -v z="$zero" '
+    function row(name, t, extra) {
+      if (t == "nan") { printf "  %-34s  not run\n", name; return }
+      printf "  %-34s %9.1f ms/step%s\n", name, t, extra }
+    function ratios(t) {
+      out = ""
+      if (t != "nan" && b != "nan") out = out sprintf("  %.2fx the baseline", t / b)
+      if (t != "nan" && z != "nan") out = out sprintf("%s%.2fx ZeRO-Offload'"'"'s time", out == "" ? "  " : ", ", t / z)
+      return out }
+    BEGIN {
+      row("optimizer on the device (baseline)", b, "")
+      row("SuperOffload, speculation auto", a, ratios(a))
+      row("SuperOffload, speculation always", s, ratios(s))
+      row("ZeRO-Offload (after backward)", z, (z != "nan" && b != "nan") ? sprintf("  %.2fx the baseline", z / b) : "") }'
 }
 if [[ $clip == both ]]; then
   table 0
