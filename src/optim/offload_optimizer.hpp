@@ -168,6 +168,8 @@ class OffloadOptimizer final : public Optimizer {
   double backward_end_ = 0;
   // This step's speculation state (worker; read by finish_step after wait_for_worker).
   double local_squared_norm_ = 0;  // of the CPU gradients the worker has seen
+  size_t summed_groups_ = 0;       // how many sub-groups that sum covers
+  size_t cpu_groups_ = 0;          // sub-groups on the CPU: all summed, the norm needs no second pass
   Stop stopped_ = Stop::none;
   // auto's prediction: this rank's share of the global norm (its CPU gradients' norm / the
   // global norm) in the last kShareHistory finite steps, and whether the last one clipped.

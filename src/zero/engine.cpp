@@ -139,10 +139,12 @@ void ZeroEngine::zero_grad() {
   for (auto& l : layers_) l.zero_grad_shard();
 }
 
-double ZeroEngine::global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm) {
-  double squares = 0;
+double ZeroEngine::global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm,
+                                    std::optional<double> host_squares) {
+  double squares = host_squares.value_or(0.0);
   for (auto& layer : layers_) {
     squares += squared_norm(layer.grad_shard());
+    if (host_squares) continue;
     const auto& host = layer.host_grad();
     squares += host_squared_norm && host.numel() > 0
                    ? host_squared_norm(host.const_data_ptr<float>(), static_cast<size_t>(host.numel()))

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -70,7 +71,10 @@ class ZeroEngine {
   // share's gradients) where the caller has threads of its own for it: LibTorch's OpenMP team
   // of the calling thread is confined to that thread's cores (on a 16-core GPU node the
   // default took 1.0 s per step for 1.5 G host elements, half the step).
-  double global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm = {});
+  // `host_squares`: the host parts' sum of squares where the caller has it already (the
+  // speculation worker sums the CPU share's gradients as they arrive): they are not read again.
+  double global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm = {},
+                          std::optional<double> host_squares = std::nullopt);
   std::vector<PartitionedLayer>& layers() { return layers_; }
   const model::CausalLM& model() const { return *model_; }
   comm::Communicator& comm() { return comm_; }
