@@ -21,10 +21,13 @@ esac
 
 # Site environment for GH200 nodes (adapt): one OpenMP thread per rank (superoffload sizes
 # its own CPU optimizer pool from the bound cores), HDF5 without POSIX file locks (Lustre and
-# GPFS often refuse them), NCCL warnings in the job log.
+# GPFS often refuse them), NCCL warnings in the job log, expandable allocator segments.
 export OMP_NUM_THREADS=1
 export HDF5_USE_FILE_LOCKING=FALSE
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# LibTorch's allocator grows segments instead of caching fixed blocks: on an H200 the 8B's
+# reserved device peak fell from 62.2 to 54.3 GiB (allocated 47.3 both; bench/RESULTS.md).
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 
 # The job id stays the same across requeues, so a requeued job finds its own checkpoints.
 output=runs/$model-$mode-${SLURM_JOB_ID:-local}
