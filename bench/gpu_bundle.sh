@@ -6,19 +6,24 @@
 # ICU, protobuf, ...). LibTorch, CUDA and NCCL are not packed: the machine's own PyTorch is
 # the same wheel (bench/gpu_session.sh checks the version) and provides them.
 #
-#   bench/gpu_bundle.sh [--build build] [--out .gpu/bundle.tar.xz]
+#   bench/gpu_bundle.sh [--build build] [--out .gpu/bundle.tar.xz] [--no-wheels]
 # Run here after scripts/setup; then `bench/gpu_session.sh` on the machine unpacks it.
+# Beside the archive, in .gpu/wheels/: DeepSpeed (built into a wheel here: PyPI has its source
+# only) and the needs of it that the lent machine's image lacks, for its Python (3.12), so that
+# the session's deepspeed part can run bench/deepspeed_compare/compare.sh there (4 MB).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$here/build out=$here/.gpu/bundle.tar.xz
+build=$here/build out=$here/.gpu/bundle.tar.xz wheels=1
 while (($#)); do
   case $1 in
-    --build) build=$(cd "$2" && pwd) ;; --out) out=$2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build) build=$(cd "$2" && pwd); shift ;; --out) out=$2; shift ;; --no-wheels) wheels=0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
-  shift 2
+  shift
 done
+# DeepSpeed's release that the comparison names (0.19.x: ZeRO-3 with super_offload).
+deepspeed_version=0.19.8
 programs=(superoffload superoffload_demo_corpus train_parity offload_parity test_gpu_devices
   test_gpu_attention bench_zero_step bench_cpu_adamw)
 for p in "${programs[@]}"; do
@@ -60,3 +65,19 @@ done
 mkdir -p "$(dirname "$out")"
 tar -C "$root" -cf - . | xz -T0 -6 > "$out"
 echo "gpu_bundle.sh: $(du -h "$out" | cut -f1) in $out ($(find "$root" -type f | wc -l) files, $(du -sh "$root" | cut -f1) unpacked)"
+
+# DeepSpeed for the comparison. The image has PyTorch, transformers, accelerate, einops, msgpack,
+# ninja, numpy, psutil, py-cpuinfo and tqdm (KINDS.md of the device tool); hjson and pydantic come
+# with pydantic's own needs, resolved for the machine's CPython 3.12 (pydantic-core is compiled). Its CUDA ops are compiled there,
+# on first use (nvcc and ninja are installed).
+if ((wheels)); then
+  dir=$(dirname "$out")/wheels
+  rm -rf "$dir" && mkdir -p "$dir"
+  if DS_BUILD_OPS=0 python3 -m pip wheel --quiet --no-deps -w "$dir" "deepspeed==$deepspeed_version" &&
+    python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dir" hjson pydantic; then
+    echo "gpu_bundle.sh: $(du -sh "$dir" | cut -f1) of wheels in $dir: $(cd "$dir" && ls | tr '\n' ' ')"
+  else
+    echo "gpu_bundle.sh: could not fetch DeepSpeed's wheels (no PyPI here?): the session's deepspeed part will say so" >&2
+  fi
+fi

@@ -19,6 +19,8 @@
 #   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
+#   deepspeed    bench/deepspeed_compare/compare.sh at 1.65B, clipping 0 and 1.0, with DeepSpeed
+#                from the wheels carried in .gpu/wheels (bench/gpu_bundle.sh makes them)
 #
 # Each part writes $OUT/<part>.txt and a line to $OUT/summary.txt, and the next part runs
 # when one fails. Parts are cut to what is left before --deadline (seconds from the start).
@@ -32,12 +34,13 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
-parts=env,tests,correctness,memory,baseline,moonshot,speed,link,profile
+wheels_dir=$here/.gpu/wheels
+parts=env,tests,correctness,memory,baseline,moonshot,speed,link,profile,deepspeed
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
     --parts) parts=$2; shift ;; --bundle) bundle=$2; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_session.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -83,6 +86,13 @@ if ((dry)); then
   else
     echo "  absent   bundle $bundle: make it here with bench/gpu_bundle.sh before the device call (not an error in a dry run)"
   fi
+  for w in deepspeed hjson pydantic pydantic_core annotated_types typing_inspection; do
+    if ls "$wheels_dir/$w"-*.whl > /dev/null 2>&1; then
+      echo "  ok       wheel $(basename "$(ls "$wheels_dir/$w"-*.whl | head -1)")"
+    else
+      echo "  absent   wheel $w in $wheels_dir: bench/gpu_bundle.sh fetches it (the deepspeed part needs it; not an error in a dry run)"
+    fi
+  done
   echo "steps (each with a time limit, cut to what is left of the deadline):"
   cat <<EOF
   setup        unpack the bundle; link $built_root to the tree if it sits elsewhere; $built_root/.venv -> the
@@ -99,6 +109,8 @@ if ((dry)); then
   moonshot     the 8B row's TFLOPS/tokens/s against the 3B with offload.device=none (same seq, micro-batch)
   baseline     that 3B alone (SO_SESSION_ORDER=...,baseline:60,moonshot:170 without the memory part)
   speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
+  deepspeed    pip install --no-index --target /tmp/... .gpu/wheels/*.whl; bench/deepspeed_compare/compare.sh --clip both
+               --hidden 2560 --layers 24 --python <machine python with those wheels> (SO_SESSION_DEEPSPEED_CLIP/ARGS)
   link         python3: pinned and pageable copies of 2 GiB each way; cudaHostRegister of 8 GiB
   profile      superoffload train (1.65B, seq 2048 x 4) --set profile.step=3: per layer and phase, CUDA events
 EOF
@@ -180,6 +192,7 @@ part_env() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   nvcc --version 2>/dev/null | tail -2
   "$machine_python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "gpu", torch.cuda.get_device_name(0))'
+  "$machine_python" --version
   lscpu | grep -E 'Model name|^CPU\(s\)|Thread|NUMA node'
   free -g | head -2
   uname -r
@@ -488,6 +501,28 @@ part_profile() {
   grep -E "Step|breakdown|summary|error|optimizer:" "$work/log_zo" | cut -c1-900 | head -30
   grep "wall:" "$work/log_zo" | tail -1 | sed 's/.*wall:/RESULT ZeRO-Offload mode, last step wall:/'
   rm -rf "$work"
+  return $rc
+}
+
+# DeepSpeed 0.19 (ZeRO-3 + super_offload, and its ZeRO-Offload mode) against ours on the speed
+# part's model, from the wheels that bench/gpu_bundle.sh put in .gpu/wheels (installed into
+# /tmp, never into the machine's Python). Its CPU Adam is compiled on first use (about a minute).
+part_deepspeed() {
+  local site=/tmp/so-deepspeed-site py=/tmp/so-deepspeed-python
+  ls "$wheels_dir"/deepspeed-*.whl > /dev/null 2>&1 || { echo "RESULT deepspeed: no wheels in $wheels_dir (bench/gpu_bundle.sh)"; return 1; }
+  rm -rf "$site"
+  "$machine_python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheels_dir"/*.whl ||
+    { echo "RESULT deepspeed: the wheels did not install"; return 1; }
+  printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexport PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH}\nexec %s "$@"\n' "$site" "$machine_python" > "$py"
+  chmod +x "$py"
+  "$py" -c 'import deepspeed, transformers; print("deepspeed", deepspeed.__version__, "transformers", transformers.__version__)' ||
+    { echo "RESULT deepspeed: does not import"; return 1; }
+  within "$(($(part_left) - 5))" bash bench/deepspeed_compare/compare.sh --python "$py" --build "$built_root/build" \
+    --clip "${SO_SESSION_DEEPSPEED_CLIP:-both}" --steps "${SO_SESSION_SPEED_STEPS:-4}" ${SO_SESSION_DEEPSPEED_ARGS:---hidden 2560 --layers 24} \
+    > /tmp/so-deepspeed.log 2>&1
+  local rc=$?
+  cat /tmp/so-deepspeed.log
+  grep -E "^model:|^  (superoffload|zero-offload) " /tmp/so-deepspeed.log | sed 's/^ */RESULT /'
   return $rc
 }
 

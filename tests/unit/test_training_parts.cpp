@@ -178,4 +178,24 @@ TEST(StepLine, ComparableDigitsAndLabelledUnits) {
   EXPECT_EQ(t::format_significant(0.023449, 3), "0.0234");
 }
 
+// The wall-clock part of the breakdown: what each part's phases leave out. The CPU steps taken
+// during backward run beside it on other threads, so only the late ones count against the
+// optimizer part; the numbers are those of an H200 step before the norm moved (#31).
+TEST(StepLine, BreakdownAccountsForTheWholeStep) {
+  const superoffload::zero::PhaseTimes engine{.forward_s = 0.074, .backward_s = 0.187, .gather_wait_s = 0.002,
+                                               .reduce_s = 0.035, .reduce_wait_s = 0.028};
+  const superoffload::optim::OptimizerTimes optimizer{.cpu_step_s = 0.787, .cpu_late_s = 0.505, .device_step_s = 0.007,
+                                                      .h2d_s = 0.022, .wait_s = 0.001, .norm_s = 1.019};
+  const auto text = t::format_breakdown(engine, optimizer,
+                                        {.step_s = 1.900, .data_s = 0.001, .forward_backward_s = 0.340, .optimizer_s = 1.554});
+  EXPECT_NE(text.find("cpu_step 0.787 (after backward 0.505)"), std::string::npos) << text;
+  EXPECT_NE(text.find("norm 1.019"), std::string::npos) << text;
+  // forward/backward 0.340 - (0.074 + 0.187 + 0.002 + 0.035) = 0.042; optimizer 1.554 - 1.554 = 0;
+  // the rest of the step 1.900 - 0.001 - 0.340 - 1.554 = 0.005.
+  EXPECT_NE(text.find("; wall: data 0.001, forward/backward 0.340 (untimed 0.042), optimizer 1.554 (untimed 0.000), "
+                      "rest of the step 0.005"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
