@@ -16,6 +16,7 @@ ALLOWED = {
     "base": set(),
     "config": {"base"},
     "cluster": {"base"},
+    "resctrl": {"base"},
     "io": {"base", "cluster"},
     "model": {"base"},
     # Chat templates: torch-free, below data (which renders them).
@@ -27,8 +28,8 @@ ALLOWED = {
     # The engine's communicator follows [runtime] comm_backend (config/choices.hpp).
     "zero": {"base", "config", "cluster", "comm", "model"},
     "optim": {"base", "config", "cluster", "comm", "model", "zero"},
-    "train": {"base", "config", "cluster", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim"},
-    "app": {"base", "config", "cluster", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim", "train"},
+    "train": {"base", "config", "cluster", "resctrl", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim"},
+    "app": {"base", "config", "cluster", "resctrl", "io", "model", "jinja", "data", "model_io", "comm", "zero", "optim", "train"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:superoffload/)?([a-z_0-9]+)/[^">]+[">]', re.M)
