@@ -37,10 +37,12 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       // No CPU optimizer with [offload] device = "none": no core share to fall short of.
       const auto report = cluster::report_bindings(
           world, binding, cfg.offload.device == config::OffloadDevice::none ? 0.0 : cfg.offload.cpuadam_cores_perc);
+      const auto resctrl = resctrl_per_node(world);
       if (world.rank() == 0) {
         SO_LOG(info) << "superoffload train: " << world.size() << " rank(s) on " << world.node_count() << " node(s)";
         for (const auto& line : report.table) SO_LOG(info) << line;
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
+        for (const auto& line : resctrl) SO_LOG(info) << line;
       }
       const auto summary = train::run_training(cfg, world, binding, report.table,
                                                resume_requested ? options->resume : std::string());

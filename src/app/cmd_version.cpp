@@ -5,7 +5,6 @@
 
 #include "app/commands.hpp"
 #include "cluster/mpi_world.hpp"
-#include "resctrl/resctrl.hpp"
 #include "train/build_info.hpp"
 
 namespace superoffload::app {
@@ -18,12 +17,7 @@ void add_version_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
   command->callback([&run, bind] {
     run = [bind](const cluster::MpiWorld& world) {
       const auto report = bind_and_report(world, *bind);
-      // One line per node, from its first rank (every rank of a node sees the same tree).
-      const std::string resctrl = world.local_rank() == 0 ? "node " + std::to_string(world.node_index()) + " (" +
-                                                                world.host() + "): " +
-                                                                resctrl::describe(resctrl::detect())
-                                                          : "";
-      const auto nodes = cluster::MpiWorld::allgather(resctrl, world.world());
+      const auto nodes = resctrl_per_node(world);
       if (world.rank() != 0) return 0;
       for (const auto& [component, version] : train::software_versions()) {
         std::cout << component << (component.size() < 12 ? std::string(12 - component.size(), ' ') : " ") << version
@@ -33,9 +27,7 @@ void add_version_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
       for (const auto& line : report.table) std::cout << line << "\n";
       for (const auto& warning : report.warnings) std::cout << "warning: " << warning << "\n";
       std::cout << "\n";
-      for (const auto& line : nodes) {
-        if (!line.empty()) std::cout << line << "\n";
-      }
+      for (const auto& line : nodes) std::cout << line << "\n";
       std::cout.flush();
       return 0;
     };

@@ -3,6 +3,7 @@
 
 #include "cluster/job_exit.hpp"
 #include "cluster/mpi_world.hpp"
+#include "resctrl/resctrl.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -49,6 +50,17 @@ cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std
   const auto binding = cluster::bind_ranks(world, mode);
   // Without a configuration, the default share of the CPU optimizer.
   return cluster::report_bindings(world, binding, config::OffloadConfig{}.cpuadam_cores_perc);
+}
+
+std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world) {
+  const std::string mine = world.local_rank() == 0 ? "node " + std::to_string(world.node_index()) + " (" + world.host() +
+                                                         "): " + resctrl::describe(resctrl::detect())
+                                                   : "";
+  std::vector<std::string> lines;
+  for (auto& line : cluster::MpiWorld::allgather(mine, world.world())) {
+    if (!line.empty()) lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 }  // namespace superoffload::app

@@ -32,6 +32,10 @@ struct GlobalOptions {
 config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const ConfigOptions& options,
                                          const GlobalOptions& globals, int world_size);
 
+// What each node offers for cache and memory-bandwidth partitioning (resctrl), one line per
+// node from its first rank, gathered on every rank (collective).
+std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world);
+
 // Binds the ranks ([runtime] bind) and returns the binding table for rank 0 to show.
 cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std::string& bind_mode);
 

@@ -129,7 +129,10 @@ std::vector<int> domain_ids(const std::map<int, std::string>& domains) {
 
 std::string join(const std::vector<int>& values) {
   std::string out;
-  for (int v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  for (int v : values) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
   return out.empty() ? "none" : out;
 }
 

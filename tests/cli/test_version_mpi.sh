@@ -15,6 +15,9 @@ for binding in "" "--bind-to none" "--bind-to core"; do
   out=$("$MPIEXEC" -np 2 $binding "$SO_BIN" version 2>&1) || fail "version under mpirun $binding: $out"
   expect_contains "$out" "LibTorch" "versions"
   expect_contains "$out" "2 rank(s) on 1 node(s)" "world"
+  # resctrl, once per node (this machine has none mounted; tests/unit/test_resctrl.cpp reads trees).
+  [[ $(grep -c "^node 0 (.*): resctrl" <<<"$out") == 1 ]] || fail "expected one resctrl line for node 0: $out"
+  if ! grep -qw resctrl /proc/self/mounts; then expect_contains "$out" "resctrl: not mounted" "no resctrl here"; fi
   rows=$(table_rows "$out")
   [[ $(wc -l <<<"$rows") == 2 ]] || fail "expected 2 table rows ($binding):
 $out"

@@ -49,6 +49,7 @@ while read -r rank host node local _; do
 done <<<"$table"
 [[ $(wc -l <<<"$table") == 4 ]] || fail "expected 4 ranks in the table: $out"
 expect_contains "$out" "2 node(s)" "two nodes"
+[[ $(grep -cE "^node [01] \(so-.*\): resctrl" <<<"$out") == 2 ]] || fail "expected one resctrl line per node: $out"
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 40000 > /dev/null || fail "demo corpus"
 train_args=(train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" --set data.seq_len=32
