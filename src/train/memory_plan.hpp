@@ -44,7 +44,7 @@ struct MemoryPlan {
   double device_optimizer_bytes = 0;   // the device share's fp32 master and moments
   double device_workspace_bytes = 0;   // through LibTorch's allocator besides: cuBLAS's workspace
                                        // and the gradient norm's fp64 slices
-  double device_runtime_bytes = 0;     // CUDA context, cuBLAS and NCCL workspaces (estimate;
+  double device_runtime_bytes = 0;     // CUDA context and NCCL's buffers (estimate;
                                        // already in use when train checks free memory)
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
   // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they

@@ -65,7 +65,7 @@ std::string format_breakdown(const zero::PhaseTimes& e, const optim::OptimizerTi
   // during backward run beside it on the optimizer's threads: only the late ones count here.
   const double in_forward_backward = e.forward_s + e.backward_s + e.gather_wait_s + e.reduce_s;
   const double in_optimizer = o.norm_s + o.wait_s + o.rollback_s + o.cpu_late_s + o.device_step_s + o.h2d_s + o.d2h_s;
-  // Milliseconds; a difference within rounding of zero is shown as 0.000, not -0.000.
+  // Seconds to the millisecond; a difference within rounding of zero shows as 0.000, not -0.000.
   auto ms = [](double seconds) { return std::abs(seconds) < 5e-4 ? 0.0 : seconds; };
   text.precision(3);
   text << std::fixed << "; wall: data " << ms(w.data_s) << ", forward/backward " << ms(w.forward_backward_s)
