@@ -20,7 +20,9 @@
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
 #   deepspeed    bench/deepspeed_compare/compare.sh at 1.65B, clipping 0 and 1.0, with DeepSpeed
-#                from the wheels carried in .gpu/wheels (bench/gpu_bundle.sh makes them)
+#                from the wheels carried in .gpu/wheels (bench/gpu_bundle.sh makes them); not in
+#                the default order (DeepSpeed compiles its CPU Adam first): a call of its own,
+#                SO_SESSION_ORDER="deepspeed:500"; baseline likewise, when memory is not run
 #
 # Each part writes $OUT/<part>.txt and a line to $OUT/summary.txt, and the next part runs
 # when one fails. Parts are cut to what is left before --deadline (seconds from the start).
@@ -40,7 +42,7 @@ while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
     --parts) parts=$2; shift ;; --bundle) bundle=$2; shift ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_session.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
