@@ -53,10 +53,13 @@ table() {  # table CLIP
   local clip=$1
   wanted() { [[ ,$modes, == *,$1,* ]]; }
   local baseline=nan auto=nan always=nan zero=nan
-  wanted device && baseline=$(mean_step "device_clip$clip" "$clip" --set offload.device=none)
-  wanted auto && auto=$(mean_step "auto_clip$clip" "$clip" --set offload.speculation=auto)
-  wanted always && always=$(mean_step "always_clip$clip" "$clip" --set offload.speculation=always)
-  wanted zerooffload && zero=$(mean_step "zerooffload_clip$clip" "$clip" --set offload.super_offload=false --set offload.ratio=1.0)
+  # (if, not &&: a failed run must end the script under set -e)
+  if wanted device; then baseline=$(mean_step "device_clip$clip" "$clip" --set offload.device=none); fi
+  if wanted auto; then auto=$(mean_step "auto_clip$clip" "$clip" --set offload.speculation=auto); fi
+  if wanted always; then always=$(mean_step "always_clip$clip" "$clip" --set offload.speculation=always); fi
+  if wanted zerooffload; then
+    zero=$(mean_step "zerooffload_clip$clip" "$clip" --set offload.super_offload=false --set offload.ratio=1.0)
+  fi
   params=$(sed -nE 's/.*training ([0-9.]+M) parameters.*/\1/p' "$work"/*_clip"$clip".log | head -1)
   printf '\nmodel %s parameters, seq %s x micro-batch %s, %s rank(s), gradient_clipping %s\n' "$params" "$seq" "$micro" \
     "$ranks" "$clip"
