@@ -173,10 +173,9 @@ Resctrl read_tree(const std::string& root) {
     return r;
   }
   r.writable = ::access(root.c_str(), W_OK) == 0;
-  std::vector<std::string> problems;
   const auto schemata_text = read.text("schemata");
   std::map<std::string, std::map<int, std::string>> schemata;
-  if (schemata_text) schemata = parse_schemata(*schemata_text, problems);
+  if (schemata_text) schemata = parse_schemata(*schemata_text, read.problems);
 
   std::vector<std::string> names;
   for (fs::directory_iterator it(fs::path(root) / "info", error), end; !error && it != end; it.increment(error)) {
@@ -257,8 +256,7 @@ Resctrl read_tree(const std::string& root) {
       r.monitoring = m;
     }
   }
-  r.problems.insert(r.problems.end(), read.problems.begin(), read.problems.end());
-  r.problems.insert(r.problems.end(), problems.begin(), problems.end());
+  r.problems = std::move(read.problems);
   return r;
 }
 

@@ -139,16 +139,11 @@ void ZeroEngine::zero_grad() {
   for (auto& l : layers_) l.zero_grad_shard();
 }
 
-double ZeroEngine::global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm,
-                                    std::optional<double> host_squares) {
-  double squares = host_squares.value_or(0.0);
+double ZeroEngine::global_grad_norm(const std::function<double()>& host_squares) {
+  double squares = host_squares ? host_squares() : 0.0;
   for (auto& layer : layers_) {
     squares += squared_norm(layer.grad_shard());
-    if (host_squares) continue;
-    const auto& host = layer.host_grad();
-    squares += host_squared_norm && host.numel() > 0
-                   ? host_squared_norm(host.const_data_ptr<float>(), static_cast<size_t>(host.numel()))
-                   : squared_norm(host);
+    if (!host_squares) squares += squared_norm(layer.host_grad());
   }
   comm_.all_reduce_host(&squares, 1, comm::ReduceOp::sum);
   return std::sqrt(squares);

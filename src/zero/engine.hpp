@@ -14,7 +14,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -67,14 +66,12 @@ class ZeroEngine {
 
   void zero_grad();
   // sqrt of the sum of squares of every rank's gradient shards (one all-reduce, in fp64);
-  // not finite when any gradient is not. `host_squared_norm` sums the host parts (the CPU
-  // share's gradients) where the caller has threads of its own for it: LibTorch's OpenMP team
-  // of the calling thread is confined to that thread's cores (on a 16-core GPU node the
-  // default took 1.0 s per step for 1.5 G host elements, half the step).
-  // `host_squares`: the host parts' sum of squares where the caller has it already (the
-  // speculation worker sums the CPU share's gradients as they arrive): they are not read again.
-  double global_grad_norm(const std::function<double(const float*, size_t)>& host_squared_norm = {},
-                          std::optional<double> host_squares = std::nullopt);
+  // not finite when any gradient is not. `host_squares`, where given, returns this rank's sum
+  // of squares of the host parts (the CPU share's gradients, which are the optimizer's buffers):
+  // the optimizer sums them on its own threads, or has the sum already. By default they are
+  // summed here, on LibTorch's OpenMP team of the calling thread, which is confined to that
+  // thread's cores (on a 16-core GPU node: 1.0 s per step for 1.5 G host elements).
+  double global_grad_norm(const std::function<double()>& host_squares = {});
   std::vector<PartitionedLayer>& layers() { return layers_; }
   const model::CausalLM& model() const { return *model_; }
   comm::Communicator& comm() { return comm_; }
