@@ -87,6 +87,15 @@ function(superoffload_use_torch_pch)
       if(EXISTS "${path}")
         _superoffload_includes_torch("${path}" uses_torch)
       endif()
+      # GCC 12 for aarch64 crashes (internal compiler error) on arm_sve.h's
+      # `#pragma GCC aarch64 "arm_sve.h"` in a unit that loaded a precompiled header: Highway's
+      # SVE targets include it, so such units compile without the header there.
+      if(uses_torch AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
+        file(STRINGS "${path}" hwy_includes REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]hwy/")
+        if(hwy_includes)
+          set(uses_torch FALSE)
+        endif()
+      endif()
       if(NOT uses_torch)
         set_source_files_properties("${path}" TARGET_DIRECTORY ${target} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
       endif()

@@ -8,8 +8,18 @@
 # headers is found, and both have the CUDA runtime major version and NCCL version that
 # LibTorch itself uses. AUTO falls back to the CPU path with the reason; ON stops.
 #
+# SUPEROFFLOAD_LIBTORCH_CPU_DIR (a wheel's torch/ directory) skips all of this: see
+# SuperoffloadTorchCpuOnly.cmake.
+#
 # Sets: SUPEROFFLOAD_WITH_CUDA (ON/OFF), SUPEROFFLOAD_CUDA_SUMMARY (text), target
 # superoffload::nccl (when ON), SUPEROFFLOAD_TORCH_CUDA_VERSION, SUPEROFFLOAD_TORCH_NCCL_VERSION.
+
+set(SUPEROFFLOAD_LIBTORCH_CPU_DIR "" CACHE PATH
+  "The torch package of a wheel, linked by its CPU libraries only (libtorch_cpu, libc10): the aarch64 cross build")
+if(SUPEROFFLOAD_LIBTORCH_CPU_DIR)
+  include(SuperoffloadTorchCpuOnly)
+  return()
+endif()
 
 set(_so_torch_python_prefix "")
 set(SUPEROFFLOAD_TORCH_CUDA_VERSION "")
