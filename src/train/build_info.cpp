@@ -8,7 +8,11 @@
 #include <boost/version.hpp>
 
 #include "base/build_config.hpp"
+#include "cluster/cpu_bf16.hpp"
+#include "cluster/cpu_model.hpp"
 #include "cluster/gpu_devices.hpp"
+#include "io/crc32c.hpp"
+#include "optim/cpu_adamw.hpp"
 
 namespace superoffload::train {
 
@@ -50,6 +54,10 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   out.emplace_back("hwloc", std::string(HWLOC_VERSION) + " (API " + std::to_string(hw >> 16) + "." +
                                 std::to_string((hw >> 8) & 0xff) + ")");
   out.emplace_back("TOML++ / CLI11 / nlohmann-json", SUPEROFFLOAD_HEADER_LIBS);
+  // The code paths this CPU takes: what differs between an x86 node and Grace.
+  out.emplace_back("CPU", cluster::cpu_model() + "; AdamW kernel " + optim::adamw_target() + "; native bf16 " +
+                              (cluster::cpu_has_native_bf16() ? "yes" : "no") + "; checkpoint CRC32C " +
+                              io::crc32c_copy_method());
   return out;
 }
 
