@@ -14,6 +14,8 @@ void add_plugins_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
       if (world.rank() != 0) return 0;
       std::cout << "plugin search path (SUPEROFFLOAD_PLUGIN_PATH, then lib/superoffload/plugins beside this program):\n";
       for (const auto& dir : model::plugin_search_dirs()) std::cout << "  " << dir << "\n";
+      std::cout << "plugins load when built for plugin ABI version " << SUPEROFFLOAD_PLUGIN_ABI_VERSION << " with ABI tag "
+                << model::plugin_abi_tag() << "\n";
       const auto registry = model::PluginRegistry::discover();
       if (registry.candidates().empty()) std::cout << "no plugin files found\n";
       for (const auto& c : registry.candidates()) {

@@ -41,6 +41,8 @@ std::string describe(const PluginCandidate& c) {
 
 }  // namespace
 
+std::string plugin_abi_tag() { return SUPEROFFLOAD_PLUGIN_ABI_TAG; }
+
 std::vector<std::string> plugin_search_dirs() {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("SUPEROFFLOAD_PLUGIN_PATH")) {

@@ -26,6 +26,8 @@ struct PluginCandidate {
 
 // Directories searched, in order.
 std::vector<std::string> plugin_search_dirs();
+// The ABI tag a plugin must carry to be loaded by this program (a hash of its plugin headers).
+std::string plugin_abi_tag();
 
 // Opens one library and checks its descriptor; never throws for a bad plugin (the refusal
 // says why).
