@@ -129,6 +129,18 @@ RankBinding bind_ranks(const MpiWorld& world, BindMode mode) {
   binding.threads = std::max(1, binding.threads);
   binding.core_cpus = one_cpu_per_core(request.allowed_cores, binding.cpus);
   binding.numa_nodes = topology.numa_nodes_of(binding.cpus);
+  // Memory follows the cores we chose: their own NUMA node(s). These are the nodes that hold
+  // the cores, so a GPU's CPU-less HBM node (GH200) is never among them; first touch alone would
+  // spill onto it once the socket's LPDDR5X is full. A binding the user asked for keeps
+  // whatever memory policy came with it.
+  if (intent.source == BindingSource::superoffload || intent.source == BindingSource::launcher_widened) {
+    binding.memory_binding = topology.bind_memory(binding.numa_nodes);
+    if (binding.memory_binding != "bound" && binding.memory_binding.rfind("kept", 0) != 0) {
+      SO_LOG(debug) << "memory of this rank " << binding.memory_binding;
+    }
+  } else {
+    binding.memory_binding = "not bound: " + std::string(to_string(intent.source)) + " binding kept";
+  }
   set_compute_threads(binding.threads);
   return binding;
 }

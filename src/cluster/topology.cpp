@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -140,6 +141,34 @@ void Topology::bind_process(const CpuSet& cpus) const {
     SO_FAIL("binding this process to CPUs " << cpus.to_string() << " failed: " << std::strerror(errno)
             << hint("set [runtime] bind = \"none\", or bind with the launcher (srun --cpu-bind=...)"));
   }
+}
+
+std::string Topology::bind_memory(const std::vector<int>& nodes) const {
+  if (nodes.empty()) return "not bound: no NUMA node known for this rank's cores";
+  Bitmap current(hwloc_bitmap_alloc());
+  hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
+  // Linux keeps a memory policy per thread (set_mempolicy), inherited by the threads created
+  // afterwards: this (main) thread's, set before LibTorch, the optimizer and the data loader
+  // start theirs. hwloc has no process-wide call for it there.
+  if (hwloc_get_membind(topology_, current.get(), &policy, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) != 0) {
+    return std::string("not bound: the memory policy cannot be read here (") + std::strerror(errno) + ")";
+  }
+  if (policy != HWLOC_MEMBIND_DEFAULT && policy != HWLOC_MEMBIND_FIRSTTOUCH) {
+    char* text = nullptr;
+    hwloc_bitmap_list_asprintf(&text, current.get());
+    std::string kept = std::string("kept the process's own memory policy (") +
+                       (policy == HWLOC_MEMBIND_BIND ? "bind" : policy == HWLOC_MEMBIND_INTERLEAVE ? "interleave" : "other") +
+                       " on NUMA node(s) " + (text ? text : "?") + ")";
+    std::free(text);
+    return kept;
+  }
+  Bitmap wanted(hwloc_bitmap_alloc());
+  for (int node : nodes) hwloc_bitmap_set(wanted.get(), static_cast<unsigned>(node));
+  if (hwloc_set_membind(topology_, wanted.get(), HWLOC_MEMBIND_BIND,
+                        HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) != 0) {
+    return std::string("not bound: ") + std::strerror(errno);
+  }
+  return "bound";
 }
 
 std::vector<int> Topology::numa_nodes_of(const CpuSet& cpus) const {

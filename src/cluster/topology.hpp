@@ -30,6 +30,12 @@ class Topology {
   CpuSet current_binding() const;
   // Binds the whole process (all its threads, and those it creates) to `cpus`.
   void bind_process(const CpuSet& cpus) const;
+  // Binds the future memory allocations of this thread and of the threads it starts afterwards
+  // to the NUMA nodes `nodes` (OS indices), as
+  // `srun --mem-bind=local` or `numactl --membind` would, unless it already has a memory policy
+  // of its own (the launcher's or numactl's, kept). Returns what happened, for the log: "bound",
+  // "kept <policy>", or why it could not (never throws: the first-touch default stays).
+  std::string bind_memory(const std::vector<int>& nodes) const;
   // OS indices of the home NUMA nodes (see Core::numa_node) of the cores in `cpus`: the memory
   // those CPUs are local to. A GPU's memory node is never one, though on a GH200 it has the
   // same CPU set as the Grace node.

@@ -57,4 +57,31 @@ if ((cores >= 2)); then
   out=$(OMPI_MCA_hwloc_base_binding_policy=core "$MPIEXEC" -np 1 "$SO_BIN" version 2>&1) || fail "MCA binding: $out"
   expect_contains "$(table_rows "$out")" "launcher (asked)" "an MCA binding policy is asked"
 fi
+
+# Memory follows the cores superoffload bound the rank to: the main thread's policy (inherited
+# by the threads started after it) names the rank's NUMA node, as /proc/PID/numa_maps shows it
+# ("prefer (many):0" where the kernel has MPOL_PREFERRED_MANY, else "bind:0"). With bind =
+# "none" the kernel's default (first touch) stays.
+"$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 20000 > /dev/null || fail "demo corpus"
+numa_policy() {  # numa_policy [--set ...]: the policy of a training process's heap mapping
+  "$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" --set data.seq_len=32 \
+    --set training.max_steps=100000 --set training.output_dir="$tmp/memory" "$@" > "$tmp/memory.log" 2>&1 &
+  local pid=$! policy=""
+  for _ in $(seq 600); do
+    grep -q "Step 2/" "$tmp/memory.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  policy=$(grep -m1 ' heap' "/proc/$pid/numa_maps" 2>/dev/null | sed 's/^[0-9a-f]* //; s/ heap.*//; s/ //g')
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  rm -rf "$tmp/memory"
+  echo "$policy"
+}
+cd "$SO_SOURCE_DIR"
+node=$("$SO_BIN" version 2>&1 | awk '$1 == 0 && NF >= 9 {print $6}')
+policy=$(numa_policy)
+[[ $policy == "bind:$node" || $policy == "prefer(many):$node" || $policy == "prefer:$node" ]] \
+  || fail "memory not bound to NUMA node $node: heap policy '$policy'; $(tail -5 "$tmp/memory.log")"
+policy=$(numa_policy --set runtime.bind=none)
+[[ $policy == default ]] || fail "bind = none must leave the default memory policy, not '$policy'"
 echo "version under mpirun: ok"
