@@ -16,7 +16,7 @@ chat templates too (malformed, refusing, looping or recursing templates). Each c
     (a bit flip in a weight, a truncation at a line end) are "any": only the first two rules.
 
     fuzz_inputs.py --bin build/bin/superoffload --corpus-tool build/bin/superoffload_demo_corpus \
-        --source . [--jobs 2] [--only safetensors] [--every 3]
+        --source . [--jobs 2] [--only safetensors] [--every 4]
 """
 import argparse
 import concurrent.futures
@@ -659,7 +659,7 @@ def main():
                                        "hdf5 tokens, toml, deepspeed json)")
     parser.add_argument("--every", type=int, default=1,
                         help="run every Nth case of the fixed list (each family keeps its share): the default "
-                             "test run takes a third, within CI's time; all of them with 1")
+                             "test run takes a fourth, within CI's time; all of them with 1")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--verbose", action="store_true", help="print every case and its first error line")
     args = parser.parse_args()
