@@ -134,12 +134,12 @@ RankBinding bind_ranks(const MpiWorld& world, BindMode mode) {
   // spill onto it once the socket's LPDDR5X is full. A binding the user asked for keeps
   // whatever memory policy came with it.
   if (intent.source == BindingSource::superoffload || intent.source == BindingSource::launcher_widened) {
-    binding.memory_binding = topology.bind_memory(binding.numa_nodes);
-    if (binding.memory_binding != "bound" && binding.memory_binding.rfind("kept", 0) != 0) {
-      SO_LOG(debug) << "memory of this rank " << binding.memory_binding;
+    const std::string memory = topology.bind_memory(binding.numa_nodes);
+    if (memory.rfind("kept", 0) == 0) {
+      SO_LOG(debug) << "memory binding: " << memory;
+    } else if (memory != "bound") {
+      SO_LOG(warning) << "the memory of this rank is " << memory << "; the kernel's first touch places it";
     }
-  } else {
-    binding.memory_binding = "not bound: " + std::string(to_string(intent.source)) + " binding kept";
   }
   set_compute_threads(binding.threads);
   return binding;

@@ -17,7 +17,6 @@ struct RankBinding {
   CpuSet cpus;                  // where the rank runs
   std::vector<int> core_cpus;   // one CPU of each core in `cpus` (one_cpu_per_core): where the optimizer's threads go
   std::vector<int> numa_nodes;  // NUMA nodes of those CPUs: where its memory is bound (never a CPU-less HBM node)
-  std::string memory_binding;   // Topology::bind_memory's outcome, or why memory was not bound
   int gpu = -1;                 // CUDA device index, -1 without GPUs
   std::string gpu_name;
   int threads = 1;              // LibTorch / OpenMP threads

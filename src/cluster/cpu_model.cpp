@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
