@@ -54,10 +54,12 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   out.emplace_back("hwloc", std::string(HWLOC_VERSION) + " (API " + std::to_string(hw >> 16) + "." +
                                 std::to_string((hw >> 8) & 0xff) + ")");
   out.emplace_back("TOML++ / CLI11 / nlohmann-json", SUPEROFFLOAD_HEADER_LIBS);
-  // The code paths this CPU takes: what differs between an x86 node and Grace.
-  out.emplace_back("CPU", cluster::cpu_model() + "; AdamW kernel " + optim::adamw_target() + "; native bf16 " +
-                              (cluster::cpu_has_native_bf16() ? "yes" : "no") + "; checkpoint CRC32C " +
-                              io::crc32c_copy_method());
+  // The code paths this CPU takes: what differs between an x86 node and Grace. Read once (every
+  // checkpoint's manifest records these lines; the CPU does not change under a run).
+  static const std::string cpu = cluster::cpu_model() + "; AdamW kernel " + optim::adamw_target() +
+                                 "; native bf16 " + (cluster::cpu_has_native_bf16() ? "yes" : "no") +
+                                 "; checkpoint CRC32C " + io::crc32c_copy_method();
+  out.emplace_back("CPU", cpu);
   return out;
 }
 

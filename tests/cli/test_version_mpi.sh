@@ -69,6 +69,7 @@ numa_policy() {  # numa_policy [--set ...]: the policy of a training process's h
   local pid=$! policy=""
   for _ in $(seq 600); do
     grep -q "Step 2/" "$tmp/memory.log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break  # ended early: the check below says so, with its log
     sleep 0.1
   done
   policy=$(grep -m1 ' heap' "/proc/$pid/numa_maps" 2>/dev/null | sed 's/^[0-9a-f]* //; s/ heap.*//; s/ //g')

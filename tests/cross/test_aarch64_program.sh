@@ -135,17 +135,19 @@ done
 # ---- 5. checkpoints across architectures -------------------------------------------------------------
 # A run of 3 steps (checkpoint at 3) on one architecture, continued to 6 on the other: the same
 # losses as the uninterrupted x86 run.
-run arm 1 "$tmp/from_arm" --set training.max_steps=3 || fail "aarch64, 3 steps: $(tail -20 "$tmp/from_arm.log")"
-out=$("$SO_BIN" inspect "$tmp/from_arm/checkpoints/step_00000003" 2>&1) || fail "x86 inspect of the aarch64 checkpoint: $out"
-expect_contains "$out" "match their recorded sizes and CRC32C" "checksums of the aarch64 checkpoint verified on x86"
-run x86 1 "$tmp/from_arm" || fail "x86 resume of the aarch64 checkpoint: $(tail -20 "$tmp/from_arm.log")"
-expect_contains "$(cat "$tmp/from_arm.log")" "resumed from $tmp/from_arm/checkpoints/step_00000003" "x86 resumed the aarch64 checkpoint"
-same_losses "$tmp/x86_1" "$tmp/from_arm" 4
-
-run x86 1 "$tmp/from_x86" --set training.max_steps=3 || fail "x86, 3 steps: $(tail -20 "$tmp/from_x86.log")"
-out=$("${arm[@]}" inspect "$tmp/from_x86/checkpoints/step_00000003" 2>&1) || fail "aarch64 inspect of the x86 checkpoint: $out"
-expect_contains "$out" "match their recorded sizes and CRC32C" "checksums of the x86 checkpoint verified on aarch64"
-run arm 1 "$tmp/from_x86" || fail "aarch64 resume of the x86 checkpoint: $(tail -20 "$tmp/from_x86.log")"
-expect_contains "$(cat "$tmp/from_x86.log")" "resumed from $tmp/from_x86/checkpoints/step_00000003" "aarch64 resumed the x86 checkpoint"
-same_losses "$tmp/x86_1" "$tmp/from_x86" 4
+# cross_resume WRITER READER: WRITER saves at step 3, READER verifies the checksums (inspect)
+# and resumes to step 6.
+cross_resume() {
+  local writer=$1 reader=$2 dir="$tmp/from_$1"
+  run "$writer" 1 "$dir" --set training.max_steps=3 || fail "$writer, 3 steps: $(tail -20 "$dir.log")"
+  local inspect=("$SO_BIN")
+  [[ $reader == arm ]] && inspect=("${arm[@]}")
+  out=$("${inspect[@]}" inspect "$dir/checkpoints/step_00000003" 2>&1) || fail "$reader inspect of the $writer checkpoint: $out"
+  expect_contains "$out" "match their recorded sizes and CRC32C" "checksums of the $writer checkpoint verified on $reader"
+  run "$reader" 1 "$dir" || fail "$reader resume of the $writer checkpoint: $(tail -20 "$dir.log")"
+  expect_contains "$(cat "$dir.log")" "resumed from $dir/checkpoints/step_00000003" "$reader resumed the $writer checkpoint"
+  same_losses "$tmp/x86_1" "$dir" 4
+}
+cross_resume arm x86
+cross_resume x86 arm
 echo "aarch64 under qemu: version, plugins, config, plan, training at 1 and 2 ranks, checkpoints both ways: ok"
