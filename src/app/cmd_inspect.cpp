@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "app/commands.hpp"
 #include "base/error.hpp"
@@ -22,6 +23,20 @@ namespace superoffload::app {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The mean of the values that are not NaN (resctrl's series are NaN where nothing was counted).
+std::optional<double> mean_known(const std::vector<double>& v) {
+  double sum = 0;
+  size_t n = 0;
+  for (double x : v) {
+    if (!std::isnan(x)) {
+      sum += x;
+      ++n;
+    }
+  }
+  if (n == 0) return std::nullopt;
+  return sum / static_cast<double>(n);
+}
 
 double mean(const std::vector<double>& v, size_t from = 0) {
   if (v.size() <= from) return 0;
@@ -143,6 +158,20 @@ void inspect_metrics(const fs::path& path) {
     if (file.has(std::string("train/") + phase)) std::printf(" %s %.4f", phase, mean(series(phase), from));
   }
   std::printf("\n  memory      host peak RSS %.1f MB (rank 0)\n", series("host_peak_rss_bytes").back() / 1e6);
+  // resctrl's counters ([runtime] resctrl), summed over the ranks that monitored.
+  if (file.has("train/optimizer_mem_gb_per_s")) {
+    const auto optimizer = mean_known(series("optimizer_mem_gb_per_s")), rest = mean_known(series("rest_mem_gb_per_s"));
+    const auto optimizer_cache = mean_known(series("optimizer_cache_bytes"));
+    const auto rest_cache = mean_known(series("rest_cache_bytes"));
+    if (optimizer || rest) {
+      std::printf("  resctrl     memory bandwidth (mean GB/s): optimizer %.3g, rest %.3g; cache occupancy (mean MB): "
+                  "optimizer %.3g, rest %.3g\n",
+                  optimizer.value_or(std::nan("")), rest.value_or(std::nan("")),
+                  optimizer_cache.value_or(std::nan("")) / 1e6, rest_cache.value_or(std::nan("")) / 1e6);
+    } else {
+      std::printf("  resctrl     not monitored in this run\n");
+    }
+  }
   // The run's configuration (an attribute the trainer writes) says whether it was a range test.
   if (file.attribute("config").find("type = \"lr_range_test\"") != std::string::npos) {
     print_lr_range_test(series("lr"), loss);

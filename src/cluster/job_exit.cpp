@@ -24,7 +24,24 @@ std::string describe_exception(const std::exception_ptr& error) {
   }
 }
 
+namespace {
+void (*g_abort_cleanups[8])() noexcept = {};
+}  // namespace
+
+void add_abort_cleanup(void (*cleanup)() noexcept) {
+  for (auto& slot : g_abort_cleanups) {
+    if (slot == cleanup) return;
+    if (slot == nullptr) {
+      slot = cleanup;
+      return;
+    }
+  }
+}
+
 void abort_job(const std::string& message, int exit_code) {
+  for (auto* cleanup : g_abort_cleanups) {
+    if (cleanup != nullptr) cleanup();
+  }
   const MpiWorld* world = MpiWorld::current();
   const int rank = world ? world->rank() : 0;
   SO_LOG(fatal) << message;

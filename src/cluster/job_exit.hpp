@@ -11,6 +11,10 @@ class MpiWorld;
 // The user-facing text of an exception (superoffload::Error with location and hint).
 std::string describe_exception(const std::exception_ptr& error);
 
+// Runs `cleanup` (async-signal-safe, never throwing) before abort_job ends the job: for what
+// must not outlive the process, such as the resctrl groups it made. At most 8.
+void add_abort_cleanup(void (*cleanup)() noexcept);
+
 // An error on this rank that the other ranks may not share: log it (console and the rank's
 // log file, whatever the console setting), then MPI_Abort the whole job.
 [[noreturn]] void abort_job(const std::string& message, int exit_code = 1);

@@ -24,6 +24,7 @@ enum class ConsoleMode { rank0, all };
 enum class DeviceKind { automatic, cpu, cuda };
 enum class CommBackend { automatic, mpi, nccl };
 enum class BindMode { automatic, none };
+enum class ResctrlMode { off, automatic, required };
 
 template <class E>
 struct Choice {
@@ -66,6 +67,8 @@ SUPEROFFLOAD_CHOICES(DeviceKind, {DeviceKind::automatic, "auto"}, {DeviceKind::c
 SUPEROFFLOAD_CHOICES(CommBackend, {CommBackend::automatic, "auto"}, {CommBackend::mpi, "mpi"},
                      {CommBackend::nccl, "nccl"})
 SUPEROFFLOAD_CHOICES(BindMode, {BindMode::automatic, "auto"}, {BindMode::none, "none"})
+SUPEROFFLOAD_CHOICES(ResctrlMode, {ResctrlMode::automatic, "auto"}, {ResctrlMode::off, "off"},
+                     {ResctrlMode::required, "required"})
 
 #undef SUPEROFFLOAD_CHOICES
 

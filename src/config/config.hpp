@@ -155,6 +155,10 @@ struct RuntimeConfig {
   double peak_tflops = 0.0;           // 0: from the GPU model
   double collective_timeout_s = 600.0;
   bool check_memory = true;
+  // Cache and memory-bandwidth partitioning through Linux resctrl (docs/resctrl.md).
+  ResctrlMode resctrl = ResctrlMode::automatic;
+  double resctrl_optimizer_cache = 0.25;
+  double resctrl_optimizer_bandwidth = 1.0;
 };
 
 struct Config {

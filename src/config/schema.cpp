@@ -345,6 +345,21 @@ std::vector<Section> build_schema() {
         .above(0);
     b.add("check_memory", &RuntimeConfig::check_memory,
           "Estimate the memory the run needs before allocating and refuse one that cannot fit this node.");
+    b.add("resctrl", &RuntimeConfig::resctrl,
+          "Keep the CPU optimizer's cache and memory bandwidth apart from the rest of the rank (Intel RDT, AMD PQoS, "
+          "Arm MPAM through Linux resctrl, the README, Cache and memory bandwidth (resctrl)): \"auto\" partitions where groups can be made or an "
+          "administrator's prolog prepared them, only monitors where just monitoring groups can be made, and says "
+          "why otherwise; \"off\"; \"required\": refuse to start without a partition.");
+    b.add("resctrl_optimizer_cache", &RuntimeConfig::resctrl_optimizer_cache,
+          "Share of each last-level cache's ways for the optimizer's threads; the rest of the rank gets the other "
+          "ways. The optimizer streams its state once per step and reuses nothing a cache could hold.")
+        .above(0)
+        .below(1);
+    b.add("resctrl_optimizer_bandwidth", &RuntimeConfig::resctrl_optimizer_bandwidth,
+          "Memory-bandwidth cap of the optimizer's threads as a share of the domain's; 1: uncapped (a cap slows the "
+          "optimizer, which is memory bound, to leave bandwidth to the GPU feed; the rest is never capped).")
+        .range(0, 1)
+        .above(0);
   }
   return s;
 }

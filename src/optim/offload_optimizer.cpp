@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -199,8 +200,22 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       CPU_SET(s_.cpus.front(), &set);
       pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
+    pthread_setname_np(pthread_self(), "so-speculation");
+    {
+      std::lock_guard lock(mutex_);
+      worker_tid_ = ::gettid();
+    }
+    idle_.notify_all();
     worker_loop();
   });
+}
+
+std::vector<pid_t> OffloadOptimizer::thread_ids() {
+  auto tids = pool_.thread_ids();
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return worker_tid_ != 0; });
+  tids.insert(tids.begin(), worker_tid_);
+  return tids;
 }
 
 OffloadOptimizer::~OffloadOptimizer() {

@@ -86,6 +86,9 @@ class OffloadOptimizer final : public Optimizer {
   ShardState export_layer(size_t layer) const override;
   void import_layer(size_t layer, const ShardState& state) override;
   std::string describe() const override;
+  // The speculation worker and the pool's workers. The training thread, which runs the first
+  // block of the pool's work after backward (ZeRO-Offload steps, replays), is not among them.
+  std::vector<pid_t> thread_ids() override;
   std::string export_rank_state() const override;
   void import_rank_state(const std::string& json) override;
 
@@ -160,6 +163,7 @@ class OffloadOptimizer final : public Optimizer {
 
   // The speculation worker: steps queued sub-groups in order.
   std::thread worker_;
+  pid_t worker_tid_ = 0;  // set by the worker as it starts (under mutex_)
   std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<size_t> queue_;

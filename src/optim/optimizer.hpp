@@ -13,6 +13,8 @@
 
 #include <ATen/ATen.h>
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,6 +63,10 @@ class Optimizer {
   virtual void import_rank_state(const std::string& /*json*/) {}
   // The fp32 master weights of a layer's shard, on the host (tests, evaluation).
   at::Tensor master(size_t layer) const { return export_layer(layer).master; }
+
+  // The kernel ids of the threads that run this rank's CPU optimizer (resctrl puts them in a
+  // group of their own); empty when no thread is the optimizer's alone.
+  virtual std::vector<pid_t> thread_ids() { return {}; }
 
   // One line for the start-up log: which optimizer, where it steps.
   virtual std::string describe() const = 0;

@@ -3,6 +3,10 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
 
 namespace superoffload::optim {
 namespace {
@@ -19,9 +23,17 @@ void pin_current_thread(int cpu) {
 ThreadPool::ThreadPool(size_t threads, const std::vector<int>& cpus) {
   const size_t count = cpus.empty() ? std::max<size_t>(1, threads) : cpus.size();
   blocks_.resize(count);
+  tids_.assign(count - 1, 0);
   for (size_t i = 1; i < count; ++i) {
     workers_.emplace_back([this, i, cpu = cpus.empty() ? -1 : cpus[i]] {
       if (cpu >= 0) pin_current_thread(cpu);
+      // Named for top -H, perf and the resctrl tests: "so-adamw-1", ...
+      pthread_setname_np(pthread_self(), ("so-adamw-" + std::to_string(i)).substr(0, 15).c_str());
+      {
+        std::lock_guard lock(mutex_);
+        tids_[i - 1] = ::gettid();
+      }
+      started_.notify_all();
       worker(i);
     });
   }
@@ -35,6 +47,12 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+std::vector<pid_t> ThreadPool::thread_ids() {
+  std::unique_lock lock(mutex_);
+  started_.wait(lock, [&] { return std::find(tids_.begin(), tids_.end(), 0) == tids_.end(); });
+  return tids_;
 }
 
 void ThreadPool::worker(size_t index) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   size_t size() const { return workers_.size() + 1; }
+  // The kernel thread ids of the workers (not the caller's thread), once each has started:
+  // what resctrl moves into the optimizer's group.
+  std::vector<pid_t> thread_ids();
   // Calls fn(begin, end) on disjoint blocks covering [0, n), block starts aligned to `align`.
   void parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn);
 
@@ -34,6 +38,8 @@ class ThreadPool {
   const std::function<void(size_t, size_t)>* task_ = nullptr;
   std::vector<std::pair<size_t, size_t>> blocks_;
   size_t generation_ = 0, pending_ = 0;
+  std::vector<pid_t> tids_;  // filled by each worker as it starts (0 until then)
+  std::condition_variable started_;
   bool stop_ = false;
 };
 

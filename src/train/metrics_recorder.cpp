@@ -81,6 +81,13 @@ const Column kTrainColumns[] = {
     // ... and the most it had reserved from the device (segments: allocated bytes plus the
     // fragmentation the allocator keeps), torch.cuda.max_memory_reserved.
     {"device_reserved_peak_bytes", [](const StepRecord& r) { return r.device_reserved_peak_bytes; }},
+    // resctrl's memory-bandwidth and cache-occupancy counters of the optimizer's threads and of
+    // the rest of the ranks (GB/s over the step; bytes at its end), summed over the ranks that
+    // monitor; NaN where nothing is monitored ([runtime] resctrl).
+    {"optimizer_mem_gb_per_s", [](const StepRecord& r) { return r.optimizer_mem_gb_per_s; }},
+    {"rest_mem_gb_per_s", [](const StepRecord& r) { return r.rest_mem_gb_per_s; }},
+    {"optimizer_cache_bytes", [](const StepRecord& r) { return r.optimizer_cache_bytes; }},
+    {"rest_cache_bytes", [](const StepRecord& r) { return r.rest_cache_bytes; }},
 };
 
 // /ranks: every rank's value, [steps, world] each, for straggler analysis.
@@ -102,6 +109,10 @@ const Column kRankColumns[] = {
     {"device_reserved_peak_bytes", [](const StepRecord& r) { return r.device_reserved_peak_bytes; }},
     // Compared with the plan's host bytes per rank (file attribute planned_host_bytes).
     {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
+    {"optimizer_mem_gb_per_s", [](const StepRecord& r) { return r.optimizer_mem_gb_per_s; }},
+    {"rest_mem_gb_per_s", [](const StepRecord& r) { return r.rest_mem_gb_per_s; }},
+    {"optimizer_cache_bytes", [](const StepRecord& r) { return r.optimizer_cache_bytes; }},
+    {"rest_cache_bytes", [](const StepRecord& r) { return r.rest_cache_bytes; }},
 };
 
 // What DeepSpeed's monitors get, under DeepSpeed's tags (its engine writes the first two).
@@ -116,6 +127,11 @@ const MonitorSeries kMonitorSeries[] = {
     {"Train/Samples/aux_loss", [](const StepRecord& r) { return r.aux_loss; }},  // NaN (not written) when off
     {"Train/Samples/elapsed_time_ms_step", [](const StepRecord& r) { return 1000 * r.step_time_s; }},
     {"Train/Samples/tokens_per_s", [](const StepRecord& r) { return r.throughput.tokens_per_s; }},
+    // resctrl's counters where monitored (NaN, not written, elsewhere); rank 0's groups.
+    {"Train/Samples/optimizer_mem_gb_per_s", [](const StepRecord& r) { return r.optimizer_mem_gb_per_s; }},
+    {"Train/Samples/rest_mem_gb_per_s", [](const StepRecord& r) { return r.rest_mem_gb_per_s; }},
+    {"Train/Samples/optimizer_cache_bytes", [](const StepRecord& r) { return r.optimizer_cache_bytes; }},
+    {"Train/Samples/rest_cache_bytes", [](const StepRecord& r) { return r.rest_cache_bytes; }},
 };
 
 // Every rank's value of a /ranks column (rank-major `gathered`, `columns` per rank).
@@ -128,6 +144,15 @@ std::vector<double> rank_values(const std::vector<double>& gathered, int columns
     out.push_back(gathered[k * static_cast<size_t>(columns) + static_cast<size_t>(column)]);
   }
   return out;
+}
+
+// The sum over the ranks that have a value; NaN when none has.
+double rank_sum_known(const std::vector<double>& gathered, int columns, std::string_view name) {
+  double sum = std::nan("");
+  for (double v : rank_values(gathered, columns, name)) {
+    if (!std::isnan(v)) sum = (std::isnan(sum) ? 0 : sum) + v;
+  }
+  return sum;
 }
 
 int64_t rank_sum(const std::vector<double>& gathered, int columns, std::string_view name) {
@@ -223,6 +248,10 @@ void MetricsRecorder::record(const StepRecord& r) {
   for (double peak : rank_values(gathered, columns, "device_reserved_peak_bytes")) {
     if (peak > total.device_reserved_peak_bytes) total.device_reserved_peak_bytes = peak;
   }
+  total.optimizer_mem_gb_per_s = rank_sum_known(gathered, columns, "optimizer_mem_gb_per_s");
+  total.rest_mem_gb_per_s = rank_sum_known(gathered, columns, "rest_mem_gb_per_s");
+  total.optimizer_cache_bytes = rank_sum_known(gathered, columns, "optimizer_cache_bytes");
+  total.rest_cache_bytes = rank_sum_known(gathered, columns, "rest_cache_bytes");
   std::vector<double> row;
   for (const auto& c : kTrainColumns) row.push_back(c.value(total));
   file_->append(row, by_column);

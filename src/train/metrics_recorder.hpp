@@ -6,6 +6,7 @@
 // does; evaluations go to /eval and to the monitors as Eval/Samples/eval_loss and eval_ppl.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,10 @@ struct StepRecord {
   double device_peak_bytes = 0;  // this rank's caching-allocator peak in the step (NaN on the CPU);
                                  // /train holds the largest over ranks
   double device_reserved_peak_bytes = 0;  // the same for the bytes the allocator reserved
+  // resctrl's counters of this rank's groups (train/cache_partition.hpp), NaN where it has none;
+  // /train holds the sums over the ranks that have them.
+  double optimizer_mem_gb_per_s = std::nan(""), rest_mem_gb_per_s = std::nan("");
+  double optimizer_cache_bytes = std::nan(""), rest_cache_bytes = std::nan("");
 };
 
 // One evaluation of the validation data (train/validation.hpp), after `step` (0: before the first).

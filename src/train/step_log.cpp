@@ -46,6 +46,12 @@ std::string format_step_line(const StepLine& l) {
   if (t.mfu > 0) line << " | MFU " << 100 * t.mfu << "%";
   if (t.hfu > 0) line << " | HFU " << 100 * t.hfu << "%";
   if (l.skipped) line << " | skipped (non-finite)";
+  if (!std::isnan(l.optimizer_mem_gb_per_s)) {
+    line << " | Opt mem " << format_significant(l.optimizer_mem_gb_per_s, 3) << " GB/s";
+    if (l.optimizer_cap_percent >= 0) {
+      line << (l.optimizer_cap_percent >= 100 ? " (uncapped)" : " (cap " + std::to_string(l.optimizer_cap_percent) + "%)");
+    }
+  }
   line << " | ETA " << format_duration(l.eta_s);
   if (l.evaluated) line << format_eval(l.eval_loss);
   return line.str();

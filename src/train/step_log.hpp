@@ -22,10 +22,15 @@ struct StepLine {
   double eta_s = 0;
   bool evaluated = false;  // an evaluation after this step: its loss shown with its perplexity
   double eval_loss = 0;
+  // resctrl (train/cache_partition.hpp): rank 0's optimizer threads' memory bandwidth over the
+  // step, shown when not NaN, with the cap this run set on it (-1: none set).
+  double optimizer_mem_gb_per_s = std::nan("");
+  int optimizer_cap_percent = -1;
 };
 
 // "Step 12/100 | Loss 2.34561 | [Aux loss 2.01377 | ]LR 1.000e-04 | Grad norm 0.913 | Time 906 ms | Tokens/s 4520 (1130 per
-// device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% | ETA 0:01:02[ | Eval loss 2.41022 | ppl 11.14]".
+// device) | TFLOPS 74.1 per device, 296 job | MFU 7.5% | HFU 10.0% [| Opt mem 41.2 GB/s (cap 80%) ]| ETA 0:01:02[ |
+// Eval loss 2.41022 | ppl 11.14]".
 // Loss with 6 significant digits, TFLOPS with 3 (from model FLOPs; HFU counts recomputation).
 std::string format_step_line(const StepLine& line);
 // " | Eval loss 2.41022 | ppl 11.14" (perplexity exp(loss), 4 significant digits).

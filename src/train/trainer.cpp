@@ -41,6 +41,7 @@
 #include "train/device_memory.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_plan.hpp"
+#include "train/cache_partition.hpp"
 #include "train/metrics_recorder.hpp"
 #include "train/step.hpp"
 #include "train/step_log.hpp"
@@ -421,6 +422,11 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device), loaded.materialize);
   const auto optimizer = make_optimizer(cfg, engine, binding);
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
+  // The optimizer's threads in a resctrl group of their own, the rest in another (or why not).
+  CachePartition cache_partition(cfg.runtime, world, binding.cpus.cpus(), optimizer->thread_ids());
+  if (rank == 0) {
+    for (const auto& line : cache_partition.lines()) SO_LOG(info) << line;
+  }
 
   auto tokens = load_tokens(cfg, cfg.data.path, world);
   const bool documents = attends_within_documents(cfg.data.attention, tokens, rank == 0);
@@ -542,6 +548,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
       ++timed_steps;
     }
     const auto measured = measure_throughput(throughput, step_s, peak);
+    const auto cache_use = cache_partition.sample();
     // Zero only when no layer computes it: with a router it is at least E·min(P) > 0.
     const double aux_loss = result.aux_loss > 0 ? result.aux_loss : std::nan("");
     metrics.record({.step = step + 1,
@@ -557,7 +564,11 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                     .optimizer = result.optimizer,
                     .peak_gathered_elements = engine.memory().peak_live_numel,
                     .device_peak_bytes = device_peak_bytes(device).value_or(std::nan("")),
-                    .device_reserved_peak_bytes = device_reserved_peak_bytes(device).value_or(std::nan(""))});
+                    .device_reserved_peak_bytes = device_reserved_peak_bytes(device).value_or(std::nan("")),
+                    .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
+                    .rest_mem_gb_per_s = cache_use.rest_gb_per_s,
+                    .optimizer_cache_bytes = cache_use.optimizer_cache_bytes,
+                    .rest_cache_bytes = cache_use.rest_cache_bytes});
     // Validation every eval_every_steps and after the last step.
     const bool evaluate_now = validation != nullptr && ((t.eval_every_steps > 0 && (step + 1) % t.eval_every_steps == 0) ||
                                                         step + 1 == total_steps);
@@ -578,7 +589,9 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
            .skipped = result.outcome.skipped,
            .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1),
            .evaluated = evaluate_now,
-           .eval_loss = eval_result.loss});
+           .eval_loss = eval_result.loss,
+           .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
+           .optimizer_cap_percent = cache_partition.optimizer_bandwidth_cap_percent()});
       if (cfg.metrics.wall_clock_breakdown) {
         SO_LOG(info) << format_breakdown(result.engine, result.optimizer,
                                          {.step_s = step_s,
