@@ -4,6 +4,7 @@
 #include "cluster/job_exit.hpp"
 #include "cluster/mpi_world.hpp"
 #include "resctrl/resctrl.hpp"
+#include "train/cache_partition.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -54,7 +55,7 @@ cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std
 
 std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world) {
   const std::string mine = world.local_rank() == 0 ? "node " + std::to_string(world.node_index()) + " (" + world.host() +
-                                                         "): " + resctrl::describe(resctrl::detect())
+                                                         "): " + resctrl::describe(resctrl::detect(train::resctrl_mount_table()))
                                                    : "";
   std::vector<std::string> lines;
   for (auto& line : cluster::MpiWorld::allgather(mine, world.world())) {

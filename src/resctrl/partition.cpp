@@ -1,11 +1,14 @@
 // Making, joining and removing a rank's resctrl groups.
 #include "resctrl/partition.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <algorithm>
@@ -74,6 +77,43 @@ void install_signal_cleanup() {
   ::sigaction(SIGINT, &action, &g_previous_int);
   std::atexit([] { remove_own_groups_now(); });  // std::exit paths that skip destructors
 }
+
+// getdents64's record (the libc has no wrapper that is async-signal-safe).
+struct Dirent64 {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[1];
+};
+
+// rmdir, and where that finds files (a test's plain directory: the kernel's groups go with
+// their files), the files first. Async-signal-safe: system calls only, on a stack buffer.
+void remove_below(int parent, const char* name, int depth) noexcept {
+  if (::unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY || depth == 0) return;
+  const int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  alignas(8) char buffer[4096];
+  for (int pass = 0; pass < 4; ++pass) {  // entries removed while reading may hide others: read again
+    ::lseek(fd, 0, SEEK_SET);
+    for (long n; (n = ::syscall(SYS_getdents64, fd, buffer, sizeof buffer)) > 0;) {
+      for (long at = 0; at < n;) {
+        const auto* entry = reinterpret_cast<const Dirent64*>(buffer + at);
+        at += entry->reclen;
+        if (std::strcmp(entry->name, ".") == 0 || std::strcmp(entry->name, "..") == 0) continue;
+        if (entry->type == DT_DIR) {
+          remove_below(fd, entry->name, depth - 1);
+        } else {
+          ::unlinkat(fd, entry->name, 0);
+        }
+      }
+    }
+    if (::unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY) break;
+  }
+  ::close(fd);
+}
+
+void remove_group(const char* dir) noexcept { remove_below(AT_FDCWD, dir, 3); }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
@@ -240,9 +280,7 @@ void Partition::remove() noexcept {
   if (!owned_) return;
   for (const auto* dir : {&optimizer_, &rest_}) {
     if (dir->empty()) continue;
-    // A real group's files go with it; a test's plain directory needs its files removed first.
-    std::error_code error;
-    if (::rmdir(dir->c_str()) != 0 && errno == ENOTEMPTY) fs::remove_all(*dir, error);
+    remove_group(dir->c_str());
     forget_owned(*dir);
   }
   owned_ = false;
@@ -251,7 +289,7 @@ void Partition::remove() noexcept {
 void remove_own_groups_now() noexcept {
   for (int i = 0; i < g_owned_count; ++i) {
     if (g_owned[i][0] != '\0') {
-      ::rmdir(g_owned[i]);
+      remove_group(g_owned[i]);
       g_owned[i][0] = '\0';
     }
   }
@@ -275,8 +313,8 @@ std::vector<std::string> remove_stale_groups(const std::string& root) {
       }
       if (superoffload_running(static_cast<pid_t>(std::stol(pid_text)))) continue;
       if (lists_live_thread(it->path() / "tasks")) continue;  // threads still in it: not ours to judge
+      remove_group(it->path().c_str());
       std::error_code remove_error;
-      if (::rmdir(it->path().c_str()) != 0 && errno == ENOTEMPTY) fs::remove_all(it->path(), remove_error);
       if (!fs::exists(it->path(), remove_error)) removed.push_back(it->path().string());
     }
   }

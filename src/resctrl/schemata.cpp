@@ -97,7 +97,15 @@ GroupSchemata plan_schemata(const Resctrl& resctrl, const std::vector<int>& cach
     if (bandwidth.domains.empty()) continue;
     // Rounded to the granularity, never below the minimum the hardware takes.
     const int steps = static_cast<int>(std::lround(split.optimizer_bandwidth * bandwidth.max / bandwidth.granularity));
-    const int optimizer = std::clamp(steps * bandwidth.granularity, bandwidth.min, bandwidth.max);
+    const int optimizer = std::min(steps * bandwidth.granularity, bandwidth.max);
+    if (optimizer < std::max(bandwidth.min, 1)) {
+      std::ostringstream share;
+      share << split.optimizer_bandwidth;
+      out.error = "an optimizer bandwidth share of " + share.str() + " is " + std::to_string(optimizer) + " of " +
+                  bandwidth.name + "'s " + std::to_string(bandwidth.max) + ", below its minimum (info/" +
+                  bandwidth.name + "/min_bandwidth " + std::to_string(bandwidth.min) + ")";
+      return out;
+    }
     const auto domains = rank_domains(bandwidth.domains, cache_ids);
     out.optimizer += line(bandwidth.name, domains, std::to_string(optimizer));
     out.rest += line(bandwidth.name, domains, std::to_string(bandwidth.max));

@@ -72,6 +72,8 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   const auto decision = resctrl::decide(tree, mode, split, job, world.local_size(),
                                         resctrl::cache_ids_of_cpus(cpus), !optimizer_threads.empty());
   node_line += resctrl::describe(decision);
+  // Every rank of the node has counted the free groups before any makes its own.
+  SO_CHECK_MPI(MPI_Barrier(world.node()));
 
   // Make or join the groups; an error is this rank's, and with "auto" only a warning.
   std::string failure;
