@@ -11,7 +11,7 @@ tests of a machine without resctrl (the kernel's checks are not exercised).
                                          each group's schemata and its tasks with their thread
                                          names and process ids, whenever they change
 
-The layouts follow tests/unit/test_resctrl.cpp (which names the sources of their values).
+The layouts are those of tests/unit/resctrl_fake_trees.hpp, which names the sources of their values.
 """
 import json
 import os
