@@ -116,6 +116,10 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         show_node_binding(o->topology, o->gpus_per_node, !o->cpu,
                           offload.device == config::OffloadDevice::none ? 0.0 : offload.cpuadam_cores_perc);
       }
+      for (const auto& line : resctrl_plan_lines(loaded.config.runtime, o->gpus_per_node,
+                                                 loaded.config.offload.device != config::OffloadDevice::none)) {
+        std::cout << line << "\n";
+      }
       bool fits = true;
       if (o->gpu_memory_gb > 0 && !o->cpu) fits = fits && plan.device_total() <= train::kPlanHeadroom * o->gpu_memory_gb * 1e9;
       if (o->host_memory_gb > 0) fits = fits && plan.host_total() * o->gpus_per_node <= train::kPlanHeadroom * o->host_memory_gb * 1e9;

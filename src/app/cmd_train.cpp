@@ -37,7 +37,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       // No CPU optimizer with [offload] device = "none": no core share to fall short of.
       const auto report = cluster::report_bindings(
           world, binding, cfg.offload.device == config::OffloadDevice::none ? 0.0 : cfg.offload.cpuadam_cores_perc);
-      const auto resctrl = resctrl_per_node(world);
+      const auto resctrl = resctrl_per_node(world, /*with_decision=*/false);
       if (world.rank() == 0) {
         SO_LOG(info) << "superoffload train: " << world.size() << " rank(s) on " << world.node_count() << " node(s)";
         for (const auto& line : report.table) SO_LOG(info) << line;

@@ -17,7 +17,7 @@ void add_version_command(CLI::App& app, const GlobalOptions& /*globals*/, Run& r
   command->callback([&run, bind] {
     run = [bind](const cluster::MpiWorld& world) {
       const auto report = bind_and_report(world, *bind);
-      const auto nodes = resctrl_per_node(world);
+      const auto nodes = resctrl_per_node(world, /*with_decision=*/true);
       if (world.rank() != 0) return 0;
       for (const auto& [component, version] : train::software_versions()) {
         std::cout << component << (component.size() < 12 ? std::string(12 - component.size(), ' ') : " ") << version

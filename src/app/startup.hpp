@@ -33,8 +33,14 @@ config::LoadedConfig load_config_or_exit(const cluster::MpiWorld& world, const C
                                          const GlobalOptions& globals, int world_size);
 
 // What each node offers for cache and memory-bandwidth partitioning (resctrl), one line per
-// node from its first rank, gathered on every rank (collective).
-std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world);
+// node from its first rank, gathered on every rank (collective). `with_decision`: each mounted
+// node's line also says what a training run of the node's ranks with the default [runtime]
+// resctrl settings would do there (`version`; a training run logs what it did instead).
+std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world, bool with_decision);
+// For `plan` (this node only): what resctrl offers here, and what `runtime` would do with
+// `ranks_per_node` ranks, with or without threads of the CPU optimizer.
+std::vector<std::string> resctrl_plan_lines(const config::RuntimeConfig& runtime, int ranks_per_node,
+                                            bool optimizer_threads);
 
 // Binds the ranks ([runtime] bind) and returns the binding table for rank 0 to show.
 cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std::string& bind_mode);

@@ -14,6 +14,7 @@
 #   5. ends: SIGTERM (preemption: exit 75) and a rank killed with SIGKILL in a 2-rank job (the
 #      survivor removes its groups on its way out; the killed rank's are removed as stale by the
 #      next run on the node);
+#   (and what `version` and `plan` say of the Grace tree);
 #   6. "required" without resctrl, and with a bandwidth share the hardware cannot take: a
 #      message, exit 1; "off": nothing is made.
 source "$(dirname "$0")/lib.sh"
@@ -94,6 +95,14 @@ print(f"Grace: 4 groups, optimizer {optimizer[1:].round(2)} GB/s, rest {rest[1:]
 PY
 inspected=$("$SO_BIN" inspect "$tmp/run1/metrics.h5" 2>&1) || fail "inspect: $inspected"
 expect_contains "$inspected" "resctrl     memory bandwidth (mean GB/s): optimizer" "inspect"
+
+# What `version` and `plan` say of the same tree.
+out=$(SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/grace.mounts" "$SO_BIN" version 2>&1) || fail "version: $out"
+expect_contains "$out" "resctrl at $tmp/grace (writable): L3 12-bit masks" "version: the tree"
+expect_contains "$out" "a training run of 1 rank(s) here partitions per rank" "version: the decision"
+out=$(SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/grace.mounts" "$SO_BIN" plan configs/reference-models/llama-3.1-8b.toml \
+  --gpus-per-node 20 --set runtime.resctrl_optimizer_cache=0.5 2>&1)
+expect_contains "$out" "with 20 rank(s) per node like this one, the run partitions per node (only 30 control groups free for 20 ranks: the node's ranks share two): L3 6 of 12 ways" "plan"
 
 # ---- 2. Sapphire Rapids, 4 of its 7 free control groups taken: the 2 ranks share two.
 start_kernel sapphire-rapids spr
