@@ -5,7 +5,8 @@
 # of reference.toml with offload.super_offload = false used to be refused ("speculation =
 # auto contradicts super_offload = false"). The flips that cannot start by nature — weights the
 # tiny model has none of, a data format the file is not, NVMe without nvme_path, CUDA or NCCL
-# without a GPU, resctrl "required" on a machine without resctrl — must end with a message (exit 1 or 2), never a signal or a hang.
+# without a GPU, resctrl "required" on a machine without resctrl — must end with a message
+# (exit 1 or 2), never a signal or a hang.
 # (tests/unit/test_config_reference.cpp loads every flip of every shipped config.)
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"

@@ -6,14 +6,18 @@ From one valid set of inputs — the run's TOML, a DeepSpeed JSON, the model's c
 model.safetensors and tokenizer.json, a JSONL corpus and an HDF5 token file — the generator
 derives a few hundred mutated cases with a fixed seed: type swaps, extreme, negative and
 non-finite numbers, missing and duplicated fields, truncations and bit flips; chat records and
-chat templates too (malformed, refusing, looping or recursing templates). Each case is one
-`superoffload train` of at most one step under a timeout, and must
+chat templates too (malformed, refusing, looping or recursing templates); and resctrl trees
+(tests/resctrl/fake_resctrl.py's Grace and Sapphire Rapids layouts with files missing, emptied,
+filled with junk or out of range), which [runtime] resctrl = "auto" must train through. Each
+case is one `superoffload train` of at most one step under a timeout, and must
 
   - end by exit code, never by a signal (SIGSEGV, SIGFPE, SIGABRT) or a C++ `terminate`;
   - end within the timeout;
   - fail, with a FATAL or ERROR line (file, field, value, hint), when the mutation makes the input
-    invalid by construction ("invalid" cases). Mutations whose validity depends on chance
-    (a bit flip in a weight, a truncation at a line end) are "any": only the first two rules.
+    invalid by construction ("invalid" cases); train (exit 0) when the input must be survived
+    ("valid" cases: a broken resctrl tree leaves training unpartitioned). Mutations whose
+    validity depends on chance (a bit flip in a weight, a truncation at a line end) are "any":
+    only the first two rules.
 
     fuzz_inputs.py --bin build/bin/superoffload --corpus-tool build/bin/superoffload_demo_corpus \
         --source . [--jobs 2] [--only safetensors] [--every 4]
@@ -36,16 +40,17 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-INVALID, ANY = "invalid", "any"
+INVALID, ANY, VALID = "invalid", "any", "valid"
 TIMEOUT_S = 90
 CRASH_MARKERS = ("terminate called", "Segmentation fault", "core dumped", "Aborted", "stack trace", "*** Error in")
 
 
 class Case:
-    def __init__(self, family, name, expect, files, args=()):
+    def __init__(self, family, name, expect, files, args=(), env=None):
         self.family, self.name, self.expect = family, name, expect
         self.files = files  # relative path -> bytes, written into the case's directory
         self.args = list(args)  # extra `train` arguments; {case} is the case directory
+        self.env = env or {}  # extra environment; {case} is the case directory
 
 
 # ---- The valid inputs --------------------------------------------------------------------------
@@ -593,6 +598,36 @@ def deepspeed_cases(rng, base):
     return out
 
 
+def resctrl_cases(rng, base):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "resctrl"))
+    import fake_resctrl
+    env = {"SUPEROFFLOAD_RESCTRL_MOUNTS": "{case}/mounts"}
+    def case(name, expect, tree, mode="auto"):
+        files = {f"resctrl/{path}": text.encode() if isinstance(text, str) else text for path, text in tree.items()}
+        files["mounts"] = b"resctrl {case}/resctrl resctrl rw 0 0\n"
+        files["run.toml"] = base["run.toml"].replace(b"[runtime]", f'[runtime]\nresctrl = "{mode}"'.encode())
+        return Case("resctrl tree", name, expect, files, env=env)
+    out = []
+    for layout, tree in fake_resctrl.LAYOUTS.items():
+        tree = {path: text + "\n" for path, text in tree.items()}
+        out.append(case(f"{layout}: as made", VALID, tree))
+        out.append(case(f"{layout}: as made, required", VALID, tree, "required"))
+        for path in tree:
+            missing = {p: t for p, t in tree.items() if p != path}
+            out.append(case(f"{layout}: {path} missing", VALID, missing))
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+            label, value = rng.choice((("junk", junk), ("empty", b""), ("huge", b"99999999999999999999\n"),
+                                       ("negative", b"-1\n"), ("zero", b"0\n")))
+            out.append(case(f"{layout}: {path} {label}", VALID, {**tree, path: value}))
+        out.append(case(f"{layout}: schemata of another resource only", VALID, {**tree, "schemata": "L2:0=ff\n"}))
+        out.append(case(f"{layout}: info/L3 a file", VALID,
+                        {**{p: t for p, t in tree.items() if not p.startswith("info/L3/")}, "info/L3": "x\n"}))
+        # With nothing usable, "required" must refuse to start.
+        out.append(case(f"{layout}: no info/, required", INVALID,
+                        {p: t for p, t in tree.items() if not p.startswith("info/")}, "required"))
+    return out
+
+
 # ---- Running -----------------------------------------------------------------------------------
 
 def run_case(index, case, base, work, bin_path):
@@ -609,7 +644,8 @@ def run_case(index, case, base, work, bin_path):
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink():
             target.unlink()
-        target.write_bytes(content.replace(b"{case}", str(directory).encode()) if relative == "run.toml" else content)
+        target.write_bytes(content.replace(b"{case}", str(directory).encode()) if relative in ("run.toml", "mounts")
+                           else content)
     config = directory / "run.toml"
     if "run.toml" not in case.files:
         config.write_text(base["run.toml"].decode().replace("{case}", str(directory)))
@@ -617,7 +653,9 @@ def run_case(index, case, base, work, bin_path):
     command = [bin_path, "train", str(config), *args]
     start = time.monotonic()
     # Its own session, so that a hang is ended with everything it started.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, **{k: v.replace("{case}", str(directory)) for k, v in case.env.items()}}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                               env=env)
     try:
         stdout, _ = process.communicate(timeout=TIMEOUT_S)
         rc = process.returncode
@@ -637,6 +675,8 @@ def run_case(index, case, base, work, bin_path):
         problem = "a crash report in the output"
     elif case.expect == INVALID and rc == 0:
         problem = "accepted (exit 0) although the input was made invalid"
+    elif case.expect == VALID and rc != 0:
+        problem = f"exit {rc} although this input must be trained through"
     elif rc != 0 and " FATAL " not in output and " ERROR " not in output:
         problem = f"exit {rc} without an error message"
     first_error = next((line for line in output.splitlines() if " FATAL " in line or " ERROR " in line), "")
@@ -656,7 +696,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--only", help="run one family (config.json, safetensors, tokenizer.json, jsonl, chat, "
-                                       "hdf5 tokens, toml, deepspeed json)")
+                                       "hdf5 tokens, toml, deepspeed json, resctrl tree)")
     parser.add_argument("--every", type=int, default=1,
                         help="run every Nth case of the fixed list (each family keeps its share): the default "
                              "test run takes a fourth, within CI's time; all of them with 1")
@@ -669,7 +709,7 @@ def main():
         rng = random.Random(args.seed)
         cases = (config_json_cases(rng, base) + safetensors_cases(rng, base) + tokenizer_cases(rng, base) +
                  jsonl_cases(rng, base) + chat_cases(rng, base) + token_file_cases(rng, base, work) +
-                 toml_cases(rng, base) + deepspeed_cases(rng, base))
+                 toml_cases(rng, base) + deepspeed_cases(rng, base) + resctrl_cases(rng, base))
         if args.only:
             cases = [c for c in cases if c.family == args.only]
         if args.every > 1:
