@@ -58,7 +58,7 @@ Decision decide(const Resctrl& tree, Mode mode, const Split& split, const std::s
     no_control = "no cache or bandwidth resource to partition";
   } else if (!tree.writable) {
     no_control = "the tree is read-only for this user (an administrator's prolog can prepare the job's groups: "
-                 "jobscripts/resctrl-prolog.sh)";
+                 "jobscripts/admin/resctrl-prolog.sh)";
   } else {
     d.schemata = plan_schemata(tree, cache_ids, split);
     const int free = tree.control_groups() - 1 - existing_control_groups(tree.mount);

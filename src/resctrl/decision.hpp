@@ -28,7 +28,7 @@ struct Decision {
 };
 
 // The names an administrator's prolog gives a job's groups: superoffload.<job>.optimizer and
-// superoffload.<job>.rest (jobscripts/resctrl-prolog.sh).
+// superoffload.<job>.rest (jobscripts/admin/resctrl-prolog.sh).
 std::pair<std::string, std::string> prepared_group_names(const std::string& job);
 
 // `job`: Slurm's job id (empty outside a job); `ranks_on_node`: this node's ranks;

@@ -9,7 +9,8 @@
 #      administrator's group left alone, the bandwidth series in metrics.h5 (/train and
 #      /ranks), `inspect` and the CSV monitor, and no group of the run left afterwards;
 #   2. Sapphire Rapids with 4 control groups already taken, 2 ranks: the node's ranks share two;
-#   3. groups a Slurm prolog prepared (SLURM_JOB_ID): adopted as they are, and kept;
+#   3. groups the Slurm prolog (jobscripts/admin) made for a job: adopted as they are, kept, and
+#      removed by the epilog with whatever else the job left;
 #   4. no free control group: monitoring groups only (mon_groups);
 #   5. ends: SIGTERM (preemption: exit 75) and a rank killed with SIGKILL in a 2-rank job (the
 #      survivor removes its groups on its way out; the killed rank's are removed as stale by the
@@ -126,19 +127,30 @@ assert len({info[1] for info in optimizer["tasks"].values() if info}) == 2, opti
 PY
 [[ -z $(own_groups spr) ]] || fail "groups left after the per-node run: $(own_groups spr)"
 
-# ---- 3. Groups an administrator's prolog prepared for job 777: adopted, schemata untouched, kept.
+# ---- 3. Groups the Slurm prolog (jobscripts/admin/resctrl-prolog.sh) made for job 777: adopted
+# as they are, kept by the run, removed by the epilog with the group a killed rank left.
 start_kernel grace prepared
-mkdir -p "$tmp/prepared/superoffload.777.optimizer" "$tmp/prepared/superoffload.777.rest"
-printf 'L3:1=3\nMB:1=60\n' > "$tmp/prepared/superoffload.777.optimizer/schemata"
+SLURM_JOB_ID=777 SLURM_JOB_USER=nobody SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepared.mounts" \
+  SUPEROFFLOAD_RESCTRL_OPTIMIZER_CACHE=0.2 SUPEROFFLOAD_RESCTRL_OPTIMIZER_BANDWIDTH=0.6 \
+  bash jobscripts/admin/resctrl-prolog.sh || fail "the prolog failed"
+[[ $(cat "$tmp/prepared/superoffload.777.optimizer/schemata") == $'L3:1=3\nMB:1=60' ]] ||
+  fail "prolog: optimizer schemata $(cat "$tmp/prepared/superoffload.777.optimizer/schemata")"
+[[ $(cat "$tmp/prepared/superoffload.777.rest/schemata") == $'L3:1=ffc\nMB:1=100' ]] ||
+  fail "prolog: rest schemata $(cat "$tmp/prepared/superoffload.777.rest/schemata")"
+[[ $(stat -c %U "$tmp/prepared/superoffload.777.optimizer/tasks") == nobody ]] || fail "prolog: tasks not handed to the user"
 log=$(SLURM_JOB_ID=777 SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepared.mounts" "$SO_BIN" train configs/tiny.toml \
   --set data.path="$tmp/corpus.jsonl" --set data.seq_len=32 --set training.max_steps=2 --set runtime.device=cpu \
   --set checkpoint.save_on_exit=false --set training.output_dir="$tmp/run3" 2>&1) || fail "prepared groups: $log"
-stop_kernel prepared
 expect_contains "$log" "partitions with the groups superoffload.777.optimizer and superoffload.777.rest that the job's prolog prepared" "adopting"
 [[ $(cat "$tmp/prepared/superoffload.777.optimizer/schemata") == $'L3:1=3\nMB:1=60' ]] || fail "prepared schemata changed"
 [[ -s $tmp/prepared/superoffload.777.optimizer/tasks && -s $tmp/prepared/superoffload.777.rest/tasks ]] ||
   fail "no thread moved into the prepared groups"
 [[ $(own_groups prepared | wc -l) == 2 ]] || fail "prepared groups removed or others made: $(own_groups prepared)"
+mkdir "$tmp/prepared/superoffload.777.12345.optimizer" "$tmp/prepared/superoffload.778.rest"  # a killed rank's; another job's
+SLURM_JOB_ID=777 SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepared.mounts" bash jobscripts/admin/resctrl-epilog.sh ||
+  fail "the epilog failed"
+stop_kernel prepared
+[[ $(own_groups prepared) == "$tmp/prepared/superoffload.778.rest" ]] || fail "epilog left: $(own_groups prepared)"
 
 # ---- 4. No control group free (num_closids 1): monitoring groups only.
 start_kernel grace monitor

@@ -90,7 +90,8 @@ def kernel(root, log):
                     schemata = (group / "schemata").read_text() if (group / "schemata").exists() else None
                     for domain in domains:
                         counters = group / "mon_data" / f"mon_L3_{domain:02d}"
-                        counters.mkdir(parents=True, exist_ok=True)
+                        counters.parent.mkdir(exist_ok=True)  # never remakes a group removed meanwhile
+                        counters.mkdir(exist_ok=True)
                         total = counters / "mbm_total_bytes"
                         bytes_now = int(total.read_text()) if total.exists() else 0
                         write_atomically(total, f"{bytes_now + int(GB * len(tasks) * (now - last))}\n")

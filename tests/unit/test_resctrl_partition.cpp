@@ -145,7 +145,7 @@ TEST(ResctrlDecision, EachActionAndWhy) {
   const auto read_only = decide(rc::Mode::automatic, 4);
   if (::geteuid() != 0) {  // root may write anyway
     EXPECT_EQ(read_only.action, Action::none);
-    EXPECT_NE(read_only.why.find("jobscripts/resctrl-prolog.sh"), std::string::npos) << read_only.why;
+    EXPECT_NE(read_only.why.find("jobscripts/admin/resctrl-prolog.sh"), std::string::npos) << read_only.why;
   }
   EXPECT_NE(read_only.why.find("read-only"), std::string::npos) << read_only.why;
   fs::permissions(tree.root() + "/mon_groups", fs::perms::owner_write, fs::perm_options::add);
