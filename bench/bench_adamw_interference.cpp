@@ -4,12 +4,17 @@
 // memory on the CPUs the optimizer does not use stand in for it. The slowdown is what cache and
 // bandwidth partitioning (resctrl: Intel RDT, AMD PQoS, Arm MPAM) could at best win back on this
 // CPU. Rounds interleave the two conditions (alone, beside the hog), so a slow phase of a shared
-// machine hits both; the ratio is the median over rounds of the ratio within a round.
+// machine hits both; the ratio is the median over rounds of the ratio within a round. Where
+// resctrl can partition (root, or a prolog's groups), more rounds follow with the optimizer's
+// threads in one group and the hog's in the other (the split of [runtime] resctrl_optimizer_*):
+// the partitioned rows, against the unpartitioned "alone" time.
 //
 //   build/bin/bench_adamw_interference [--params 5e7] [--threads T] [--hog-threads H] [--rounds 9]
+//       [--resctrl-cache 0.25] [--resctrl-bandwidth 1.0] [--resctrl-mounts FILE]
 // Defaults: the optimizer on the first half of this process's CPUs (at least one), the hog on
 // the rest (at least one). The last line is `summary: slowdown=… alone_ns_per_param=… …`.
 #include <sched.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -17,6 +22,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -24,6 +31,8 @@
 #include "bench_common.hpp"
 #include "optim/cpu_adamw.hpp"
 #include "optim/thread_pool.hpp"
+#include "resctrl/decision.hpp"
+#include "resctrl/partition.hpp"
 #include "resctrl/resctrl.hpp"
 
 namespace o = superoffload::optim;
@@ -100,6 +109,11 @@ int main(int argc, char** argv) {
   app.add_option("--hog-threads", hog_threads, "hog threads, on the CPUs after the optimizer's (default: the rest)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--rounds", rounds, "rounds, each timing both conditions (default 9)")->check(CLI::Range(1, 1000));
+  superoffload::resctrl::Split split;
+  std::string mounts = "/proc/self/mounts";
+  app.add_option("--resctrl-cache", split.optimizer_cache, "the optimizer's share of the cache ways when partitioned");
+  app.add_option("--resctrl-bandwidth", split.optimizer_bandwidth, "the optimizer's bandwidth cap when partitioned");
+  app.add_option("--resctrl-mounts", mounts, "the mount table to find resctrl in (a fake tree: the code path only)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<int> cpus;
@@ -120,7 +134,8 @@ int main(int argc, char** argv) {
   std::printf("bench_adamw_interference: %s, kernel target %s\n", bench::cpu_model().c_str(), o::adamw_target().c_str());
   std::printf("  %zu parameters (fp32 state + bf16 copy, 30 B each), optimizer on %d thread(s), hog on %d thread(s)%s\n",
               n, threads, hog_threads, threads + hog_threads > available ? " (sharing CPUs: more threads than CPUs)" : "");
-  std::printf("  %s\n", superoffload::resctrl::describe(superoffload::resctrl::detect()).c_str());
+  const auto tree = superoffload::resctrl::detect(mounts);
+  std::printf("  %s\n", superoffload::resctrl::describe(tree).c_str());
 
   o::ThreadPool pool(static_cast<size_t>(threads), optimizer_cpus);
   std::vector<float> p(n), m(n), v(n), g(n);
@@ -162,9 +177,46 @@ int main(int argc, char** argv) {
   std::printf("  %-34s %10.1f %10.3f %12.1f\n", "AdamW alone", bench::median(alone) * 1e3, alone_ns, 30 / alone_ns);
   std::printf("  %-34s %10.1f %10.3f %12.1f\n", "AdamW beside the hog", bench::median(beside) * 1e3, beside_ns,
               30 / beside_ns);
-  std::printf("  the hog moved %.1f GB/s while the optimizer ran; partitioned row: not built yet (#37)\n",
-              hog_seconds > 0 ? hog_bytes / hog_seconds / 1e9 : 0.0);
-  std::printf("summary: slowdown=%.3f alone_ns_per_param=%.3f beside_ns_per_param=%.3f threads=%d hog_threads=%d\n",
-              bench::median(ratio), alone_ns, beside_ns, threads, hog_threads);
+  std::printf("  the hog moved %.1f GB/s while the optimizer ran\n", hog_seconds > 0 ? hog_bytes / hog_seconds / 1e9 : 0.0);
+
+  // The same beside the hog, with the optimizer's threads (the pool's and this one, which runs
+  // the first block) in one resctrl group and the hog's in the other.
+  namespace rc = superoffload::resctrl;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const auto decision = rc::decide(tree, rc::Mode::automatic, split, job ? job : "", 1, {}, true);
+  double partitioned_ratio = 0;
+  if (!decision.partitions()) {
+    std::printf("  partitioned rows: none, resctrl %s\n", rc::describe(decision).c_str());
+  } else {
+    try {
+      auto partition = decision.action == rc::Action::adopt
+                           ? rc::Partition::adopt(tree.mount, decision.optimizer_dir, decision.rest_dir)
+                           : rc::Partition::create(tree.mount, rc::group_prefix("bench", ::getpid()),
+                                                   rc::GroupKind::control, decision.schemata);
+      auto optimizer_threads = pool.thread_ids();
+      optimizer_threads.push_back(::gettid());
+      partition.assign(optimizer_threads);
+      std::printf("  partitioned: resctrl %s\n", rc::describe(decision).c_str());
+      std::vector<double> alone_p, beside_p;
+      for (int r = 0; r < rounds; ++r) {
+        alone_p.push_back(adamw());
+        hog.run(true);
+        beside_p.push_back(adamw());
+        hog.run(false);
+      }
+      const double alone_p_ns = bench::median(alone_p) * per_param, beside_p_ns = bench::median(beside_p) * per_param;
+      std::printf("  %-34s %10.1f %10.3f %12.1f\n", "AdamW alone, partitioned", bench::median(alone_p) * 1e3,
+                  alone_p_ns, 30 / alone_p_ns);
+      std::printf("  %-34s %10.1f %10.3f %12.1f\n", "AdamW beside the hog, partitioned", bench::median(beside_p) * 1e3,
+                  beside_p_ns, 30 / beside_p_ns);
+      partitioned_ratio = beside_p_ns / alone_ns;
+    } catch (const std::exception& e) {
+      std::printf("  partitioned rows: none, %s\n", e.what());
+    }
+  }
+  std::printf("summary: slowdown=%.3f alone_ns_per_param=%.3f beside_ns_per_param=%.3f threads=%d hog_threads=%d "
+              "partitioned_slowdown=%s\n",
+              bench::median(ratio), alone_ns, beside_ns, threads, hog_threads,
+              partitioned_ratio > 0 ? std::to_string(partitioned_ratio).c_str() : "none");
   return 0;
 }
