@@ -69,8 +69,20 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   }
   SO_CHECK_MPI(MPI_Barrier(world.node()));
   if (tree.mounted()) tree = resctrl::read_tree(tree.mount);
-  const auto decision = resctrl::decide(tree, mode, split, job, world.local_size(),
-                                        resctrl::cache_ids_of_cpus(cpus), !optimizer_threads.empty());
+  auto decision = resctrl::decide(tree, mode, split, job, world.local_size(), resctrl::cache_ids_of_cpus(cpus),
+                                  !optimizer_threads.empty());
+  // The node's ranks act alike (the node's groups are made by one and joined by the others): a
+  // rank that read the tree differently (another job made groups meanwhile) follows the first.
+  int action = static_cast<int>(decision.action);
+  SO_CHECK_MPI(MPI_Bcast(&action, 1, MPI_INT, 0, world.node()));
+  if (action != static_cast<int>(decision.action)) {
+    decision.action = static_cast<resctrl::Action>(action);
+    const bool needs_schemata = decision.action == resctrl::Action::per_rank || decision.action == resctrl::Action::per_node;
+    if (decision.action == resctrl::Action::adopt || (needs_schemata && decision.schemata.optimizer.empty())) {
+      decision.action = resctrl::Action::none;  // what the first rank found is not there for this one
+    }
+    decision.why = "the node's first rank decided otherwise than this rank (" + decision.why + ")";
+  }
   node_line += resctrl::describe(decision);
   // Every rank of the node has counted the free groups before any makes its own.
   SO_CHECK_MPI(MPI_Barrier(world.node()));
