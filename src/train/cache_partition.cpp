@@ -98,7 +98,7 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
       partition_ = resctrl::Partition::create(tree.mount, prefix, resctrl::GroupKind::monitor, decision.schemata);
     } else if (decision.action == Action::adopt) {
       partition_ = resctrl::Partition::adopt(tree.mount, decision.optimizer_dir, decision.rest_dir);
-    } else if (decision.action == Action::per_node) {
+    } else if (action == static_cast<int>(Action::per_node)) {  // every rank of the node takes part
       // The node's first rank makes them; the others learn their names, or its error.
       std::string made;
       if (world.local_rank() == 0) {
@@ -110,9 +110,9 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
         }
       }
       made = broadcast(made, 0, world.node());
-      if (world.local_rank() != 0 && !made.empty()) {
+      if (world.local_rank() != 0 && !made.empty() && decision.action == Action::per_node) {
         partition_ = resctrl::Partition::adopt(tree.mount, made.substr(0, made.find('\n')), made.substr(made.find('\n') + 1));
-      } else if (world.local_rank() != 0) {
+      } else if (world.local_rank() != 0 && decision.action == Action::per_node) {
         failure = "the node's first rank could not make the node's groups";
       }
     }
@@ -151,13 +151,17 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
     cap_percent_ = static_cast<int>(std::lround(100.0 * split.optimizer_bandwidth));
   }
   // Rank 0 gets one line per node, and a line for each rank whose groups failed.
-  const std::string mine = (world.local_rank() == 0 ? "node " + std::to_string(world.node_index()) + " (" +
-                                                          world.host() + "): resctrl " + node_line +
-                                                          (meters ? "; counters recorded per step" : "")
-                                                    : std::string()) +
-                           (failure.empty() ? "" : (world.local_rank() == 0 ? "\n" : std::string()) + "rank " +
-                                                       std::to_string(world.rank()) + ": resctrl failed, training "
-                                                                                      "unpartitioned: " + failure);
+  // Where resctrl is not mounted, the start-up line that describes the node's tree says it all.
+  const bool say = world.local_rank() == 0 && (tree.mounted() || mode == resctrl::Mode::off);
+  std::string mine;
+  if (say) {
+    mine = "node " + std::to_string(world.node_index()) + " (" + world.host() + "): resctrl " + node_line +
+           (meters ? "; counters recorded per step" : "");
+  }
+  if (!failure.empty()) {
+    mine += (mine.empty() ? "" : "\n") + std::string("rank ") + std::to_string(world.rank()) +
+            ": resctrl failed, training unpartitioned: " + failure;
+  }
   for (const auto& text : cluster::MpiWorld::allgather(mine, world.world())) {
     for (size_t begin = 0; begin < text.size();) {
       const auto end = std::min(text.find('\n', begin), text.size());
