@@ -7,11 +7,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdint>
-#include <csignal>
-#include <cstring>
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,7 +54,9 @@ void forget_owned(const std::string& dir) {
 struct sigaction g_previous_term {}, g_previous_int {};
 
 extern "C" void remove_groups_on_signal(int signal) {
+  const int saved_errno = errno;  // the interrupted code may be about to read it
   remove_own_groups_now();
+  errno = saved_errno;
   const struct sigaction& previous = signal == SIGTERM ? g_previous_term : g_previous_int;
   if (previous.sa_handler == SIG_IGN) return;
   if (previous.sa_handler == SIG_DFL) {
