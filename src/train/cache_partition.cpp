@@ -81,7 +81,7 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
     if (decision.action == resctrl::Action::adopt || (needs_schemata && decision.schemata.optimizer.empty())) {
       decision.action = resctrl::Action::none;  // what the first rank found is not there for this one
     }
-    decision.why = "the node's first rank decided otherwise than this rank (" + decision.why + ")";
+    decision.why = "as the node's first rank decided (this rank found: " + decision.why + ")";
   }
   node_line += resctrl::describe(decision);
   // Every rank of the node has counted the free groups before any makes its own.
@@ -137,10 +137,8 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   cluster::exit_if_any_rank_failed(world, error);
 
   // The meters: each rank its own groups; groups a node shares, its first rank.
-  const bool meters = partition_ && tree.monitoring && (decision.action != resctrl::Action::per_node &&
-                                                        decision.action != resctrl::Action::adopt
-                                                            ? true
-                                                            : world.local_rank() == 0);
+  const bool shared = decision.action == resctrl::Action::per_node || decision.action == resctrl::Action::adopt;
+  const bool meters = partition_ && tree.monitoring && (!shared || world.local_rank() == 0);
   if (meters) {
     optimizer_meter_ = resctrl::BandwidthMeter(partition_->optimizer_dir(), now_s());
     rest_meter_ = resctrl::BandwidthMeter(partition_->rest_dir(), now_s());
