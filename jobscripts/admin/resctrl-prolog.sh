@@ -70,11 +70,13 @@ for info in "$root"/info/*/; do
     minimum=$(< "$info/min_bandwidth")
     # The top of the scale is the root group's value (100 percent, or AMD's 2048 units).
     top=$(awk -v r="$name" -F'[:;=]' '{ sub(/^ +/, "") } $1 == r { print $3; exit }' "$root/schemata")
+    # Mounted with mba_MBps the root group reads "unlimited" (2^32 - 1 MB/s): no share to take.
+    ((top > 1000000)) && { say "$name is in MB/s (mba_MBps): its cap is left alone"; continue; }
     cap=$(awk -v s="$bandwidth_share" -v t="$top" -v g="$granularity" 'BEGIN { printf "%d", int(s * t / g + 0.5) * g }')
     ((cap > top)) && cap=$top
     ((cap < minimum)) && { say "a bandwidth share of $bandwidth_share is below $name's minimum $minimum"; exit 0; }
-    optimizer_schemata+="$(line "$name" "$ids" "$cap")"$'\n'
-    rest_schemata+="$(line "$name" "$ids" "$top")"$'\n'
+    # Only a cap is written: a new group starts with the whole bandwidth, and the rest keeps it.
+    ((cap < top)) && optimizer_schemata+="$(line "$name" "$ids" "$cap")"$'\n'
   fi
 done
 [[ -n $optimizer_schemata ]] || { say "no cache or bandwidth resource to partition"; exit 0; }
@@ -87,7 +89,7 @@ write() {  # write FILE TEXT: in one write, which the kernel parses line by line
 # (The kernel gives a new group its tasks file; the touch only matters on a test's plain directory.)
 if mkdir "$optimizer" "$rest" && touch "$optimizer/tasks" "$rest/tasks" &&
   write "$optimizer/schemata" "$optimizer_schemata" &&
-  write "$rest/schemata" "$rest_schemata" &&
+  { [[ -z $rest_schemata ]] || write "$rest/schemata" "$rest_schemata"; } &&
   chown "$user" "$optimizer" "$rest" "$optimizer/tasks" "$rest/tasks"; then
   say "made $optimizer and $rest for $user"
 else

@@ -231,13 +231,20 @@ Resctrl read_tree(const std::string& root) {
         b.domains = domain_ids(in_schemata->second);
         // The root group holds the whole bandwidth: its value is the top of the scale (100
         // percent; AMD counts in 1/8 GB/s units up to 2048; a mount with mba_MBps in MB/s).
-        int top = 0;
+        long long top = 0;
         for (const auto& [id, value] : in_schemata->second) {
-          int v = 0;
+          long long v = 0;
           const auto [at, err] = std::from_chars(value.data(), value.data() + value.size(), v);
           if (err == std::errc() && at == value.data() + value.size() && v > 0) top = std::max(top, v);
         }
-        if (top > 0) b.max = top;
+        // Mounted with mba_MBps, the root group reads the "unlimited" value (2^32 - 1 MB/s): no
+        // top to take a share of.
+        if (top > 1'000'000) {
+          read.problems.push_back("schemata: " + name + " in MB/s without an upper value (mba_MBps): no share of it "
+                                  "can be set");
+          continue;
+        }
+        if (top > 0) b.max = static_cast<int>(top);
       }
       if (b.min > b.max) {
         read.problems.push_back(info + "min_bandwidth: " + std::to_string(b.min) + " above the root group's " +

@@ -106,15 +106,18 @@ GroupSchemata plan_schemata(const Resctrl& resctrl, const std::vector<int>& cach
                   bandwidth.name + "/min_bandwidth " + std::to_string(bandwidth.min) + ")";
       return out;
     }
-    const auto domains = rank_domains(bandwidth.domains, cache_ids);
-    out.optimizer += line(bandwidth.name, domains, std::to_string(optimizer));
-    out.rest += line(bandwidth.name, domains, std::to_string(bandwidth.max));
-    summary << (summary.tellp() > 0 ? "; " : "") << bandwidth.name << " " << optimizer << " of " << bandwidth.max
-            << (optimizer == bandwidth.max ? " (uncapped)" : "") << " for the optimizer, " << bandwidth.max
-            << " for the rest";
+    // Only a cap is written: a new group starts at the whole bandwidth, and the rest's is never
+    // capped (nor, on an administrator's groups, touched).
+    if (optimizer < bandwidth.max) out.optimizer += line(bandwidth.name, rank_domains(bandwidth.domains, cache_ids),
+                                                         std::to_string(optimizer));
+    summary << (summary.tellp() > 0 ? "; " : "") << bandwidth.name << " "
+            << (optimizer < bandwidth.max ? std::to_string(optimizer) + " of " + std::to_string(bandwidth.max) +
+                                                " for the optimizer"
+                                          : std::string("uncapped"));
   }
   if (out.optimizer.empty()) {
-    out.error = "no cache or bandwidth resource with domains in the root schemata";
+    out.error = "nothing to partition: no cache resource with domains in the root schemata, and the optimizer's "
+                "bandwidth uncapped";
     return out;
   }
   out.summary = summary.str();

@@ -5,7 +5,8 @@
 // per step, far more than any cache) cannot evict what the GPU feed and the communication
 // threads reuse. The high ways are the ones x86 parts list as shareable with I/O (DDIO): they
 // stay with the threads that feed the GPU. Memory bandwidth is a cap (MBA and MPAM's MB are
-// maxima, not reservations): the optimizer's is configurable, the rest's is never capped.
+// maxima, not reservations): the optimizer's is configurable and written only when below the
+// whole; the rest's is never written (a new group starts at the whole bandwidth).
 // Every value is checked against info/ before anything is written.
 #pragma once
 
@@ -22,8 +23,9 @@ struct Split {
 };
 
 struct GroupSchemata {
-  std::string optimizer, rest;  // the text written to each group's schemata file ("L3:0=f\nMB:0=100\n")
-  std::string summary;          // "L3 4 of 15 ways (optimizer) / 11 (rest) on domains 0; MB 100% / 100%"
+  std::string optimizer, rest;  // the text written to each group's schemata file ("L3:0=f\nMB:0=50\n")
+  std::string summary;          // "L3 4 of 15 ways to the optimizer (f), 11 to the rest (7ff0) on domain(s) 0; MB 50 of
+                                // 100 for the optimizer"
   std::string error;            // not empty: no split is possible, and why
 };
 

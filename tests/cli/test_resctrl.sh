@@ -53,7 +53,7 @@ touch "$tmp/grace/superoffload.4242.999999.optimizer/tasks"
 train grace 2 "$tmp/run1"
 ((rc == 0)) || fail "Grace, 2 ranks: exit $rc: $log"
 stop_kernel grace
-expect_contains "$log" "resctrl removed 1 stale group(s) of ended runs; partitions per rank (30 control groups free for 2 rank(s)): L3 3 of 12 ways to the optimizer (7), 9 to the rest (ff8) on domain(s) 1; MB 100 of 100 (uncapped)" "the start-up line"
+expect_contains "$log" "resctrl removed 1 stale group(s) of ended runs; partitions per rank (30 control groups free for 2 rank(s)): L3 3 of 12 ways to the optimizer (7), 9 to the rest (ff8) on domain(s) 1; MB uncapped" "the start-up line"
 expect_contains "$log" "| Opt mem " "the step line's optimizer bandwidth"
 [[ -z $(own_groups grace) ]] || fail "groups left after the run: $(own_groups grace)"
 [[ -d $tmp/grace/admin.ioqos ]] || fail "the administrator's group was removed"
@@ -71,8 +71,8 @@ pids = sorted({g.split(".")[2] for g in groups})
 assert len(pids) == 2, groups
 for pid in pids:
     optimizer, rest = last[f"superoffload.nojob.{pid}.optimizer"], last[f"superoffload.nojob.{pid}.rest"]
-    assert optimizer["schemata"] == "L3:1=7\nMB:1=100\n", optimizer["schemata"]
-    assert rest["schemata"] == "L3:1=ff8\nMB:1=100\n", rest["schemata"]
+    assert optimizer["schemata"] == "L3:1=7\n", optimizer["schemata"]  # bandwidth uncapped: no MB line
+    assert rest["schemata"] == "L3:1=ff8\n", rest["schemata"]
     names = {tid: info[0] for tid, info in optimizer["tasks"].items() if info}
     assert names and all(n.startswith(("so-adamw-", "so-speculation")) for n in names.values()), optimizer["tasks"]
     assert "so-speculation" in names.values(), names
@@ -122,7 +122,7 @@ for line in open(sys.argv[1]):  # each group as it was last seen with its thread
 groups = sorted(g for g in last if g.startswith("superoffload."))
 assert len(groups) == 2, groups
 optimizer = last[[g for g in groups if g.endswith(".optimizer")][0]]
-assert optimizer["schemata"] == "L3:0=f\nMB:0=100\n", optimizer["schemata"]
+assert optimizer["schemata"] == "L3:0=f\n", optimizer["schemata"]
 assert len({info[1] for info in optimizer["tasks"].values() if info}) == 2, optimizer["tasks"]  # both ranks' threads
 PY
 [[ -z $(own_groups spr) ]] || fail "groups left after the per-node run: $(own_groups spr)"
@@ -135,7 +135,7 @@ SLURM_JOB_ID=777 SLURM_JOB_USER=nobody SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepare
   bash jobscripts/admin/resctrl-prolog.sh || fail "the prolog failed"
 [[ $(cat "$tmp/prepared/superoffload.777.optimizer/schemata") == $'L3:1=3\nMB:1=60' ]] ||
   fail "prolog: optimizer schemata $(cat "$tmp/prepared/superoffload.777.optimizer/schemata")"
-[[ $(cat "$tmp/prepared/superoffload.777.rest/schemata") == $'L3:1=ffc\nMB:1=100' ]] ||
+[[ $(cat "$tmp/prepared/superoffload.777.rest/schemata") == $'L3:1=ffc' ]] ||
   fail "prolog: rest schemata $(cat "$tmp/prepared/superoffload.777.rest/schemata")"
 [[ $(stat -c %U "$tmp/prepared/superoffload.777.optimizer/tasks") == nobody ]] || fail "prolog: tasks not handed to the user"
 log=$(SLURM_JOB_ID=777 SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepared.mounts" "$SO_BIN" train configs/tiny.toml \

@@ -44,10 +44,10 @@ TEST(ResctrlSchemata, ThreeNodes) {
     const auto s = rc::plan_schemata(rc::read_tree(tree.root()), {1}, {.optimizer_cache = 0.25, .optimizer_bandwidth = 0.5});
     ASSERT_TRUE(s.error.empty()) << s.error;
     EXPECT_EQ(s.optimizer, "L3:1=f\nMB:1=50\n");  // 15 ways: 4 low ones; the socket's domain only
-    EXPECT_EQ(s.rest, "L3:1=7ff0\nMB:1=100\n");
+    EXPECT_EQ(s.rest, "L3:1=7ff0\n");  // the rest's bandwidth is never written: a new group has all of it
     EXPECT_EQ(s.summary,
               "L3 4 of 15 ways to the optimizer (f), 11 to the rest (7ff0) on domain(s) 1; MB 50 of 100 for the "
-              "optimizer, 100 for the rest");
+              "optimizer");
   }
   {
     FakeTree tree(amd_zen4());
@@ -55,15 +55,26 @@ TEST(ResctrlSchemata, ThreeNodes) {
     const auto s = rc::plan_schemata(rc::read_tree(tree.root()), {2, 3}, {.optimizer_cache = 0.125, .optimizer_bandwidth = 0.75});
     ASSERT_TRUE(s.error.empty()) << s.error;
     EXPECT_EQ(s.optimizer, "L3:2=3;3=3\nMB:2=1536;3=1536\nSMBA:2=1536;3=1536\n");
-    EXPECT_EQ(s.rest, "L3:2=fffc;3=fffc\nMB:2=2048;3=2048\nSMBA:2=2048;3=2048\n");
+    EXPECT_EQ(s.rest, "L3:2=fffc;3=fffc\n");
   }
   {
     FakeTree tree(grace());
     // The rank's cache id is not among the tree's domains (numbered otherwise): all of them.
     const auto s = rc::plan_schemata(rc::read_tree(tree.root()), {0}, {});
     ASSERT_TRUE(s.error.empty()) << s.error;
-    EXPECT_EQ(s.optimizer, "L3:1=7\nMB:1=100\n");
-    EXPECT_EQ(s.rest, "L3:1=ff8\nMB:1=100\n");
+    EXPECT_EQ(s.optimizer, "L3:1=7\n");  // uncapped: no MB line at all
+    EXPECT_EQ(s.rest, "L3:1=ff8\n");
+    EXPECT_EQ(s.summary, "L3 3 of 12 ways to the optimizer (7), 9 to the rest (ff8) on domain(s) 1; MB uncapped");
+  }
+  {
+    // Mounted with mba_MBps: MB in MB/s with no top to take a share of; left out, caches kept.
+    FakeTree tree(sapphire_rapids());
+    tree.write("schemata", "    L3:0=7fff;1=7fff\n    MB:0=4294967295;1=4294967295\n");
+    const auto r = rc::read_tree(tree.root());
+    EXPECT_TRUE(r.bandwidth.empty());
+    ASSERT_EQ(r.problems.size(), 1u);
+    EXPECT_EQ(r.problems[0], "schemata: MB in MB/s without an upper value (mba_MBps): no share of it can be set");
+    EXPECT_EQ(rc::plan_schemata(r, {0}, {.optimizer_bandwidth = 0.5}).optimizer, "L3:0=f\n");
   }
 }
 
@@ -159,7 +170,7 @@ TEST(ResctrlPartition, MakeAssignRemove) {
   FakeTree tree(grace());
   tree.write("mon_groups/.keep", "");
   const auto r = rc::read_tree(tree.root());
-  const auto schemata = rc::plan_schemata(r, {}, {});
+  const auto schemata = rc::plan_schemata(r, {}, {.optimizer_bandwidth = 0.5});
   std::thread helper([] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
   const pid_t helper_tid = [&] {
     for (const auto& entry : fs::directory_iterator("/proc/self/task")) {
@@ -172,8 +183,8 @@ TEST(ResctrlPartition, MakeAssignRemove) {
     auto p = rc::Partition::create(tree.root(), rc::group_prefix("", ::getpid()), rc::GroupKind::control, schemata);
     const std::string optimizer = tree.root() + "/superoffload.nojob." + std::to_string(::getpid()) + ".optimizer";
     EXPECT_EQ(p.optimizer_dir(), optimizer);
-    EXPECT_EQ(read(optimizer + "/schemata"), "L3:1=7\nMB:1=100\n");
-    EXPECT_EQ(read(p.rest_dir() + "/schemata"), "L3:1=ff8\nMB:1=100\n");
+    EXPECT_EQ(read(optimizer + "/schemata"), "L3:1=7\nMB:1=50\n");
+    EXPECT_EQ(read(p.rest_dir() + "/schemata"), "L3:1=ff8\n");
     p.assign({helper_tid});
     EXPECT_EQ(read(optimizer + "/tasks"), std::to_string(helper_tid) + "\n");
     const auto rest = read(p.rest_dir() + "/tasks");
