@@ -54,23 +54,6 @@ cluster::BindingReport bind_and_report(const cluster::MpiWorld& world, const std
   return cluster::report_bindings(world, binding, config::OffloadConfig{}.cpuadam_cores_perc);
 }
 
-namespace {
-
-// What `runtime` would do on this node's tree with `ranks` ranks (the CPUs of this process).
-std::string resctrl_decision(const resctrl::Resctrl& tree, const config::RuntimeConfig& runtime, int ranks,
-                             bool optimizer_threads) {
-  const auto mode = runtime.resctrl == config::ResctrlMode::off        ? resctrl::Mode::off
-                    : runtime.resctrl == config::ResctrlMode::required ? resctrl::Mode::required
-                                                                       : resctrl::Mode::automatic;
-  const char* job = std::getenv("SLURM_JOB_ID");
-  return resctrl::describe(resctrl::decide(tree, mode,
-                                           {.optimizer_cache = runtime.resctrl_optimizer_cache,
-                                            .optimizer_bandwidth = runtime.resctrl_optimizer_bandwidth},
-                                           job ? job : "", ranks, {}, optimizer_threads));
-}
-
-}  // namespace
-
 std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world, bool with_decision) {
   std::string mine;
   if (world.local_rank() == 0) {
@@ -78,18 +61,10 @@ std::vector<std::string> resctrl_per_node(const cluster::MpiWorld& world, bool w
     mine = "node " + std::to_string(world.node_index()) + " (" + world.host() + "): " + resctrl::describe(tree);
     if (with_decision && tree.mounted()) {
       mine += "\n  a training run of " + std::to_string(world.local_size()) + " rank(s) here " +
-              resctrl_decision(tree, config::RuntimeConfig{}, world.local_size(), true);
+              resctrl::describe(train::decide_resctrl(tree, config::RuntimeConfig{}, world.local_size(), {}, true));
     }
   }
-  std::vector<std::string> lines;
-  for (const auto& text : cluster::MpiWorld::allgather(mine, world.world())) {
-    for (size_t begin = 0; begin < text.size();) {
-      const auto end = std::min(text.find('\n', begin), text.size());
-      lines.push_back(text.substr(begin, end - begin));
-      begin = end + 1;
-    }
-  }
-  return lines;
+  return cluster::MpiWorld::allgather_lines(mine, world.world());
 }
 
 std::vector<std::string> resctrl_plan_lines(const config::RuntimeConfig& runtime, int ranks_per_node,
@@ -98,7 +73,7 @@ std::vector<std::string> resctrl_plan_lines(const config::RuntimeConfig& runtime
   std::vector<std::string> lines{"resctrl on this node: " + resctrl::describe(tree)};
   if (tree.mounted()) {
     lines.push_back("  with " + std::to_string(ranks_per_node) + " rank(s) per node like this one, the run " +
-                    resctrl_decision(tree, runtime, ranks_per_node, optimizer_threads));
+                    resctrl::describe(train::decide_resctrl(tree, runtime, ranks_per_node, {}, optimizer_threads)));
   }
   return lines;
 }

@@ -1,6 +1,8 @@
 // MPI start-up and node discovery.
 #include "cluster/mpi_world.hpp"
 
+#include <algorithm>
+
 #include <atomic>
 
 #include "cluster/check_mpi.hpp"
@@ -78,6 +80,18 @@ std::vector<std::string> MpiWorld::allgather(const std::string& mine, MPI_Comm c
                              static_cast<size_t>(lengths[static_cast<size_t>(r)])));
   }
   return out;
+}
+
+std::vector<std::string> MpiWorld::allgather_lines(const std::string& mine, MPI_Comm comm) {
+  std::vector<std::string> lines;
+  for (const auto& text : allgather(mine, comm)) {
+    for (size_t begin = 0; begin < text.size();) {
+      const auto end = std::min(text.find('\n', begin), text.size());
+      lines.push_back(text.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  return lines;
 }
 
 bool MpiWorld::all_true(bool mine, MPI_Comm comm) {

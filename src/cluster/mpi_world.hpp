@@ -32,6 +32,9 @@ class MpiWorld {
 
   // Every rank's string, in rank order of `comm`.
   static std::vector<std::string> allgather(const std::string& mine, MPI_Comm comm);
+  // Every rank's text split into its lines, in rank order (an empty text adds none): reports
+  // of which some ranks give one line, some several, some none.
+  static std::vector<std::string> allgather_lines(const std::string& mine, MPI_Comm comm);
   // Logical AND over `comm`.
   static bool all_true(bool mine, MPI_Comm comm);
 

@@ -175,8 +175,8 @@ std::vector<int> Topology::numa_nodes_of(const CpuSet& cpus) const {
   auto bitmap = to_bitmap(cpus);
   std::vector<int> nodes;
   const int depth = hwloc_get_type_or_below_depth(topology_, HWLOC_OBJ_CORE);
-  for (int i = 0; i < hwloc_get_nbobjs_by_depth(topology_, depth); ++i) {
-    hwloc_obj_t core = hwloc_get_obj_by_depth(topology_, depth, static_cast<unsigned>(i));
+  for (unsigned i = 0; i < hwloc_get_nbobjs_by_depth(topology_, depth); ++i) {
+    hwloc_obj_t core = hwloc_get_obj_by_depth(topology_, depth, i);
     if (!hwloc_bitmap_intersects(core->cpuset, bitmap.get())) continue;
     const int node = home_node(topology_, core->cpuset);
     if (node >= 0 && std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);

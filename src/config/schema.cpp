@@ -347,8 +347,8 @@ std::vector<Section> build_schema() {
           "Estimate the memory the run needs before allocating and refuse one that cannot fit this node.");
     b.add("resctrl", &RuntimeConfig::resctrl,
           "Keep the CPU optimizer's cache and memory bandwidth apart from the rest of the rank (Intel RDT, AMD PQoS, "
-          "Arm MPAM through Linux resctrl, the README, Cache and memory bandwidth (resctrl)): \"auto\" partitions where groups can be made or an "
-          "administrator's prolog prepared them, only monitors where just monitoring groups can be made, and says "
+          "Arm MPAM through Linux resctrl, the README, Cache and memory bandwidth (resctrl)): \"auto\" partitions "
+          "where groups can be made or an administrator's prolog prepared them, only monitors where just monitoring groups can be made, and says "
           "why otherwise; \"off\"; \"required\": refuse to start without a partition.");
     b.add("resctrl_optimizer_cache", &RuntimeConfig::resctrl_optimizer_cache,
           "Share of each last-level cache's ways for the optimizer's threads; the rest of the rank gets the other "

@@ -22,20 +22,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-resctrl::Mode mode_of(config::ResctrlMode mode) {
-  switch (mode) {
-    case config::ResctrlMode::off: return resctrl::Mode::off;
-    case config::ResctrlMode::required: return resctrl::Mode::required;
-    case config::ResctrlMode::automatic: break;
-  }
-  return resctrl::Mode::automatic;
-}
-
-std::string slurm_job_id() {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  return job ? job : "";
-}
-
 // Rank `root` of `comm` sends a string to the others.
 std::string broadcast(std::string text, int root, MPI_Comm comm) {
   int size = static_cast<int>(text.size());
@@ -47,6 +33,18 @@ std::string broadcast(std::string text, int root, MPI_Comm comm) {
 
 }  // namespace
 
+resctrl::Decision decide_resctrl(const resctrl::Resctrl& tree, const config::RuntimeConfig& runtime, int ranks_on_node,
+                                 const std::vector<int>& cache_ids, bool optimizer_threads) {
+  const auto mode = runtime.resctrl == config::ResctrlMode::off        ? resctrl::Mode::off
+                    : runtime.resctrl == config::ResctrlMode::required ? resctrl::Mode::required
+                                                                       : resctrl::Mode::automatic;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return resctrl::decide(tree, mode,
+                         {.optimizer_cache = runtime.resctrl_optimizer_cache,
+                          .optimizer_bandwidth = runtime.resctrl_optimizer_bandwidth},
+                         job ? job : "", ranks_on_node, cache_ids, optimizer_threads);
+}
+
 std::string resctrl_mount_table() {
   const char* table = std::getenv("SUPEROFFLOAD_RESCTRL_MOUNTS");
   return table && *table ? table : "/proc/self/mounts";
@@ -54,14 +52,14 @@ std::string resctrl_mount_table() {
 
 CachePartition::CachePartition(const config::RuntimeConfig& runtime, const cluster::MpiWorld& world,
                                const std::vector<int>& cpus, const std::vector<pid_t>& optimizer_threads) {
-  const auto mode = mode_of(runtime.resctrl);
-  const resctrl::Split split{.optimizer_cache = runtime.resctrl_optimizer_cache,
-                             .optimizer_bandwidth = runtime.resctrl_optimizer_bandwidth};
-  const std::string job = slurm_job_id();
+  const bool off = runtime.resctrl == config::ResctrlMode::off;
+  const bool required = runtime.resctrl == config::ResctrlMode::required;
+  const char* job_id = std::getenv("SLURM_JOB_ID");
+  const std::string job = job_id ? job_id : "";
   cluster::add_abort_cleanup(resctrl::remove_own_groups_now);
 
   // The node's first rank removes what killed runs left behind before anyone counts free groups.
-  auto tree = mode == resctrl::Mode::off ? resctrl::Resctrl{} : resctrl::detect(resctrl_mount_table());
+  auto tree = off ? resctrl::Resctrl{} : resctrl::detect(resctrl_mount_table());
   std::string node_line;
   if (world.local_rank() == 0 && tree.mounted() && tree.writable) {
     const auto stale = resctrl::remove_stale_groups(tree.mount);
@@ -69,8 +67,8 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   }
   SO_CHECK_MPI(MPI_Barrier(world.node()));
   if (tree.mounted()) tree = resctrl::read_tree(tree.mount);
-  auto decision = resctrl::decide(tree, mode, split, job, world.local_size(), resctrl::cache_ids_of_cpus(cpus),
-                                  !optimizer_threads.empty());
+  auto decision = decide_resctrl(tree, runtime, world.local_size(), resctrl::cache_ids_of_cpus(cpus),
+                                 !optimizer_threads.empty());
   // The node's ranks act alike (the node's groups are made by one and joined by the others): a
   // rank that read the tree differently (another job made groups meanwhile) follows the first.
   int action = static_cast<int>(decision.action);
@@ -123,7 +121,7 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   }
   const bool partitioned = partition_.has_value() && decision.partitions();
   std::exception_ptr error;
-  if (mode == resctrl::Mode::required && !partitioned) {
+  if (required && !partitioned) {
     try {
       SO_FAIL("[runtime] resctrl = \"required\", but rank " << world.rank() << " on " << world.host()
                                                             << " cannot partition: "
@@ -146,11 +144,11 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
   // The cap this run wrote (an administrator's groups keep theirs, which the step line does not show).
   if ((decision.action == resctrl::Action::per_rank || decision.action == resctrl::Action::per_node) &&
       !tree.bandwidth.empty()) {
-    cap_percent_ = static_cast<int>(std::lround(100.0 * split.optimizer_bandwidth));
+    cap_percent_ = static_cast<int>(std::lround(100.0 * runtime.resctrl_optimizer_bandwidth));
   }
   // Rank 0 gets one line per node, and a line for each rank whose groups failed.
   // Where resctrl is not mounted, the start-up line that describes the node's tree says it all.
-  const bool say = world.local_rank() == 0 && (tree.mounted() || mode == resctrl::Mode::off);
+  const bool say = world.local_rank() == 0 && (tree.mounted() || off);
   std::string mine;
   if (say) {
     mine = "node " + std::to_string(world.node_index()) + " (" + world.host() + "): resctrl " + node_line +
@@ -160,13 +158,7 @@ CachePartition::CachePartition(const config::RuntimeConfig& runtime, const clust
     mine += (mine.empty() ? "" : "\n") + std::string("rank ") + std::to_string(world.rank()) +
             ": resctrl failed, training unpartitioned: " + failure;
   }
-  for (const auto& text : cluster::MpiWorld::allgather(mine, world.world())) {
-    for (size_t begin = 0; begin < text.size();) {
-      const auto end = std::min(text.find('\n', begin), text.size());
-      lines_.push_back(text.substr(begin, end - begin));
-      begin = end + 1;
-    }
-  }
+  lines_ = cluster::MpiWorld::allgather_lines(mine, world.world());
 }
 
 CachePartition::Sample CachePartition::sample() {

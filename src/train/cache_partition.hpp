@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "resctrl/decision.hpp"
 #include "resctrl/monitor.hpp"
 #include "resctrl/partition.hpp"
 
@@ -24,6 +25,11 @@ namespace superoffload::train {
 // SUPEROFFLOAD_RESCTRL_MOUNTS names (tests, and nodes whose resctrl is mounted for the job
 // somewhere this process's mount table does not show).
 std::string resctrl_mount_table();
+
+// What [runtime] resctrl decides on `tree` for `ranks_on_node` ranks in this job (Slurm's job
+// id from the environment): the run's own decision, and what `version` and `plan` report.
+resctrl::Decision decide_resctrl(const resctrl::Resctrl& tree, const config::RuntimeConfig& runtime, int ranks_on_node,
+                                 const std::vector<int>& cache_ids, bool optimizer_threads);
 
 class CachePartition {
  public:

@@ -58,13 +58,11 @@ expect_contains "$log" "| Opt mem " "the step line's optimizer bandwidth"
 [[ -z $(own_groups grace) ]] || fail "groups left after the run: $(own_groups grace)"
 [[ -d $tmp/grace/admin.ioqos ]] || fail "the administrator's group was removed"
 "$SO_PYTHON" - "$tmp/grace.log" "$tmp/run1" <<'PY' || fail "Grace: groups, schemata, tasks or metrics"
-import csv, glob, json, sys
+import csv, glob, sys
 import h5py, numpy as np
-last = {}
-for line in open(sys.argv[1]):  # each group as it was last seen with its threads running
-    state = json.loads(line)
-    if state["group"] not in last or all(state["tasks"].values()):
-        last[state["group"]] = state
+sys.path.insert(0, "tests/resctrl")
+from fake_resctrl import last_seen
+last = last_seen(sys.argv[1])
 groups = sorted(g for g in last if g.startswith("superoffload.nojob."))
 assert len(groups) == 4, groups  # two per rank
 pids = sorted({g.split(".")[2] for g in groups})
@@ -113,12 +111,10 @@ train spr 2 "$tmp/run2"
 stop_kernel spr
 expect_contains "$log" "partitions per node (only 3 control groups free for 2 ranks: the node's ranks share two): L3 4 of 15 ways to the optimizer (f), 11 to the rest (7ff0) on domain(s) 0" "the per-node line"
 "$SO_PYTHON" - "$tmp/spr.log" <<'PY' || fail "Sapphire Rapids: the node's groups"
-import json, sys
-last = {}
-for line in open(sys.argv[1]):  # each group as it was last seen with its threads running
-    state = json.loads(line)
-    if state["group"] not in last or all(state["tasks"].values()):
-        last[state["group"]] = state
+import sys
+sys.path.insert(0, "tests/resctrl")
+from fake_resctrl import last_seen
+last = last_seen(sys.argv[1])
 groups = sorted(g for g in last if g.startswith("superoffload."))
 assert len(groups) == 2, groups
 optimizer = last[[g for g in groups if g.endswith(".optimizer")][0]]

@@ -68,6 +68,17 @@ def thread(tid):
         return None
 
 
+def last_seen(log):
+    """{group: its last logged state while its threads ran} from a kernel LOG (after a run the
+    threads are gone, and the kernel logs the group once more with their names unknown)."""
+    last = {}
+    for line in open(log):
+        state = json.loads(line)
+        if state["group"] not in last or all(state["tasks"].values()):
+            last[state["group"]] = state
+    return last
+
+
 def write_atomically(path, text):
     """A reader sees the old value or the new one, as with the kernel's counters."""
     temporary = path.with_name(path.name + ".new")
