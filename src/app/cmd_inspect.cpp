@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
 #include "train/lr_suggestion.hpp"
+#include "train/trace_summary.hpp"
 
 namespace superoffload::app {
 namespace {
@@ -112,6 +114,34 @@ void print_eval_curve(const std::vector<double>& eval_step, const std::vector<do
   }
 }
 
+// [profile] trace_steps: rank 0's summary in full, a line for each other rank.
+void print_trace(const io::Hdf5File& file) {
+  if (!file.has("profile/trace/summaries")) return;
+  const auto bytes = file.read_uint8("profile/trace/summaries").values;
+  if (bytes.empty()) {
+    std::printf("  trace       not taken yet (its steps are still to come)\n");
+    return;
+  }
+  const auto summaries = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()), nullptr, /*allow_exceptions=*/false);
+  if (!summaries.is_array() || summaries.empty()) {
+    std::printf("  trace       unreadable summary in /profile/trace/summaries\n");
+    return;
+  }
+  const auto& mine = summaries[0];
+  std::printf("  trace       rank 0: %s\n", mine.value("trace", "?").c_str());
+  if (mine.contains("error")) {
+    std::printf("  %s\n", mine["error"].get<std::string>().c_str());
+  } else {
+    std::printf("%s", train::format_trace_summary(mine).c_str());
+  }
+  for (size_t r = 1; r < summaries.size(); ++r) {
+    std::map<std::string, double> f;
+    for (const auto& [name, value] : train::trace_figures(summaries[r])) f[name] = value;
+    std::printf("  rank %-4zu   busy %.1f%%, %.0f gaps (%.1f ms), %.1f synchronising calls per step\n", r,
+                100 * f["busy_fraction"], f["gaps"], 1000 * f["gap_seconds"], f["syncs_per_step"]);
+  }
+}
+
 void inspect_metrics(const fs::path& path) {
   const auto file = io::Hdf5File::open_read_swmr(path.string());
   SO_CHECK(file.has("train/step"), path.string() << " is not a superoffload metrics file (no /train/step)");
@@ -191,6 +221,7 @@ void inspect_metrics(const fs::path& path) {
     std::printf("  ranks       %zu; slowest rank %td at %.1f ms per step, fastest %.1f ms\n", world, slowest,
                 1000 * rank_mean[static_cast<size_t>(slowest)], 1000 * *std::min_element(rank_mean.begin(), rank_mean.end()));
   }
+  print_trace(file);
 }
 
 void inspect_checkpoint(const fs::path& directory, const cluster::MpiWorld& world) {

@@ -123,11 +123,13 @@ struct CheckpointConfig {
   std::int64_t max_failed_saves = 0;  // periodic saves in a row that may fail before the job ends
 };
 
-// One step profiled layer by layer (DeepSpeed's flops_profiler).
+// One step profiled layer by layer (DeepSpeed's flops_profiler), and steps traced with
+// LibTorch's Kineto profiler (torch.profiler's Chrome trace, summarised).
 struct ProfileConfig {
   std::int64_t step = 0;        // the 1-based step to profile; 0: none
   std::int64_t top_layers = 10;
   std::string output_file;      // also write the table here
+  std::string trace_steps;      // "3" or "3-4" (config/step_range.hpp); empty: none
 };
 
 struct MetricsConfig {

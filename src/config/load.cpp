@@ -14,6 +14,7 @@
 #include "config/deepspeed_import.hpp"
 #include "config/deepspeed_resolve.hpp"
 #include "config/schema.hpp"
+#include "config/step_range.hpp"
 #include "config/suggest.hpp"
 
 namespace superoffload::config {
@@ -302,6 +303,9 @@ class Loader {
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");
     }
     check_evaluation(c);
+    if (std::string problem; !parse_step_range(c.config.profile.trace_steps, problem) && !problem.empty()) {
+      problems_.push_back("[profile] trace_steps = " + problem + " (" + origin_of(c, "profile.trace_steps") + ")");
+    }
     warn_ignored(c);
     if (c.config.runtime.comm_backend == CommBackend::nccl && c.config.runtime.device == DeviceKind::cpu) {
       problems_.push_back("[runtime] comm_backend = \"nccl\" (" + origin_of(c, "runtime.comm_backend") +

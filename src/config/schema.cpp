@@ -310,13 +310,20 @@ std::vector<Section> build_schema() {
   }
   {
     SectionBuilder<ProfileConfig> b(s, "profile",
-                                    "One step profiled per layer and phase (DeepSpeed's flops_profiler).", &Config::profile);
+                                    "One step profiled per layer and phase (DeepSpeed's flops_profiler); steps traced with Kineto "
+                                    "(torch.profiler's trace).",
+                                    &Config::profile);
     b.add("step", &ProfileConfig::step,
           "Profile this step (1-based): per layer and phase (gather, forward, recompute, backward, reduce, optimizer) "
           "the time on every rank, the FLOPs and the achieved TFLOPS, into metrics.h5 /profile; 0: never.")
         .at_least(0);
     b.add("top_layers", &ProfileConfig::top_layers, "Layers printed, the slowest first.").at_least(1);
     b.add("output_file", &ProfileConfig::output_file, "Also write the printed table to this file; empty: none.");
+    b.add("trace_steps", &ProfileConfig::trace_steps,
+          "Trace these steps (\"3\" or \"3-4\", 1-based) with LibTorch's Kineto profiler: a Chrome/Perfetto trace per "
+          "rank in <output_dir>/traces/, and its summary (device-busy fraction, top kernels, idle gaps over 0.5 ms, "
+          "host<->device copies, synchronising calls, allocator counts) in the log, metrics.h5 /profile/trace and "
+          "`inspect`; empty: none.");
   }
   {
     SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);

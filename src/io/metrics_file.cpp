@@ -39,8 +39,27 @@ void create_series(hid_t file, const std::string& name, hsize_t columns) {
                        H5Dclose);
 }
 
+// An extendible uint8 dataset, empty until written.
+void create_text(hid_t file, const FixedDataset& d) {
+  const hsize_t dims[1] = {0}, max_dims[1] = {H5S_UNLIMITED}, chunk[1] = {16384};
+  const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(1, dims, max_dims), "dataspace of " << d.name), H5Sclose);
+  const Hdf5Handle properties(SO_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE), "properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_chunk(properties.get(), 1, chunk), "chunking " << d.name);
+  const Hdf5Handle links(SO_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE), "link properties"), H5Pclose);
+  SO_CHECK_HDF5(H5Pset_create_intermediate_group(links.get(), 1), "groups of " << d.name);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dcreate2(file, d.name.c_str(), H5T_NATIVE_UINT8, space.get(), links.get(),
+                                                properties.get(), H5P_DEFAULT),
+                                     "creating " << d.name),
+                       H5Dclose);
+  for (const auto& [name, value] : d.attributes) write_string_attribute(set.get(), name, value);
+}
+
 // A float64 dataset of fixed shape, NaN until written.
 void create_fixed(hid_t file, const FixedDataset& d) {
+  if (d.text) {
+    create_text(file, d);
+    return;
+  }
   const Hdf5Handle space(SO_CHECK_HDF5(H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), nullptr),
                                       "dataspace of " << d.name),
                          H5Sclose);
@@ -117,6 +136,16 @@ void MetricsFile::write_fixed(const std::string& name, const std::vector<double>
   SO_CHECK(values.size() == count, "metrics: " << name << " takes " << count << " values, not " << values.size());
   const Hdf5Handle set(SO_CHECK_HDF5(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), name), H5Dclose);
   SO_CHECK_HDF5(H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "writing " << name);
+}
+
+void MetricsFile::write_text(const std::string& name, const std::string& text) {
+  const auto d = std::find_if(fixed_.begin(), fixed_.end(), [&](const FixedDataset& f) { return f.name == name && f.text; });
+  SO_CHECK(d != fixed_.end(), "metrics: no text dataset " << name);
+  const Hdf5Handle set(SO_CHECK_HDF5(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), name), H5Dclose);
+  const hsize_t extent[1] = {text.size()};
+  SO_CHECK_HDF5(H5Dset_extent(set.get(), extent), "extending " << name);
+  if (text.empty()) return;
+  SO_CHECK_HDF5(H5Dwrite(set.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), "writing " << name);
 }
 
 namespace {

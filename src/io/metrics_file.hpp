@@ -22,11 +22,14 @@
 
 namespace superoffload::io {
 
-// A dataset of fixed shape, created with the file and written once (write_fixed).
+// A dataset of fixed shape, created with the file and written once (write_fixed); or, with
+// `text`, a 1-D extendible uint8 dataset written once with UTF-8 text (write_text; `dims`
+// unused): SWMR may extend a dataset but not create one, and has no variable-length strings.
 struct FixedDataset {
   std::string name;                             // e.g. "profile/seconds"
   std::vector<hsize_t> dims;
   std::map<std::string, std::string> attributes;  // string attributes of the dataset
+  bool text = false;
 };
 
 class MetricsFile {
@@ -48,6 +51,8 @@ class MetricsFile {
   void append_eval(const std::vector<double>& eval_row);
   // Writes a whole fixed dataset (values in row-major order of its dims).
   void write_fixed(const std::string& name, const std::vector<double>& values);
+  // Writes a text dataset (h5py: bytes(f[name][:]).decode()).
+  void write_text(const std::string& name, const std::string& text);
   // Makes the appended rows visible to SWMR readers.
   void flush();
   int64_t rows() const { return rows_; }

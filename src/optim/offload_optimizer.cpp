@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
+#include "zero/trace_scope.hpp"
 
 namespace superoffload::optim {
 
@@ -547,6 +548,7 @@ StepOutcome OffloadOptimizer::finish_step() {
   backward_end_ = now_s();
   {
     ScopedTime timed(times_.wait_s);
+    const zero::TraceScope traced("superoffload/optimizer wait for speculation");
     wait_for_worker();  // it may still be stepping on the pool that the norm below uses
   }
   // Global norm and non-finite flag from the reduced gradients (one all-reduce).
@@ -599,6 +601,7 @@ StepOutcome OffloadOptimizer::finish_step() {
   for (const auto& g : groups_) counts.speculated += g.speculated ? 1 : 0;
   {
     ScopedTime timed(times_.rollback_s);
+    const zero::TraceScope traced("superoffload/optimizer rollback");
     if (!outcome.skipped && !outcome.clipped) counts.committed = counts.speculated;
     for (size_t k = 0; k < rollbacks; ++k) {
       auto& g = groups_[passes[k]];
@@ -616,6 +619,7 @@ StepOutcome OffloadOptimizer::finish_step() {
   {
     const double late_start = now_s();
     ScopedTime timed(times_.cpu_step_s);
+    const zero::TraceScope traced("superoffload/optimizer late steps");
     for (size_t k = rollbacks; k < passes.size(); ++k) {
       auto& g = groups_[passes[k]];
       ++g.steps;
@@ -626,11 +630,15 @@ StepOutcome OffloadOptimizer::finish_step() {
   }
   {
     ScopedTime timed(times_.device_step_s);
+    const zero::TraceScope traced("superoffload/optimizer device step");
     for (auto& g : groups_) {
       if (!g.on_cpu) step_device(g, outcome.clipped ? coefficient : 1.0);
     }
   }
-  upload();
+  {
+    const zero::TraceScope traced("superoffload/optimizer upload");
+    upload();
+  }
   return outcome;
 }
 

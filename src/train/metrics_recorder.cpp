@@ -12,10 +12,12 @@
 
 #include "base/error.hpp"
 #include "cluster/check_mpi.hpp"
+#include "config/step_range.hpp"
 #include "cluster/mpi_world.hpp"
 #include "io/csv_monitor.hpp"
 #include "io/metrics_file.hpp"
 #include "io/tensorboard_writer.hpp"
+#include "train/trace_summary.hpp"
 
 namespace superoffload::train {
 
@@ -190,6 +192,16 @@ MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::Mp
         fixed.push_back({name, {n}, {{"layers", names_json.dump()}}});
       }
     }
+    // The traced steps' summaries likewise, empty until the last traced step.
+    std::string problem;
+    if (const auto traced = config::parse_step_range(config_.profile.trace_steps, problem);
+        traced && traced->last > keep_through_step) {
+      std::string figures;
+      for (const auto& [name, value] : trace_figures(nlohmann::json::object())) figures += (figures.empty() ? "" : ",") + name;
+      fixed.push_back({"profile/trace/ranks", {static_cast<hsize_t>(world_.size()), trace_figures({}).size()},
+                       {{"dims", "rank, figure"}, {"figures", figures}, {"steps", config_.profile.trace_steps}}});
+      fixed.push_back({"profile/trace/summaries", {}, {{"format", "JSON array, one summary per rank (UTF-8 bytes)"}}, true});
+    }
     file_ = std::make_unique<io::MetricsFile>(
         (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
         world_.size(), keep_through_step, attributes, std::move(fixed),
@@ -285,6 +297,17 @@ void MetricsRecorder::record_profile(const LayerProfile& p) {
   std::vector<double> tflops;
   for (size_t l = 0; l < p.layers.size(); ++l) tflops.push_back(p.achieved_tflops(l));
   file_->write_fixed("profile/achieved_tflops", tflops);
+  file_->flush();
+}
+
+void MetricsRecorder::record_trace(const std::vector<nlohmann::json>& summaries) {
+  if (!file_) return;
+  std::vector<double> rows;
+  for (const auto& summary : summaries) {
+    for (const auto& [name, value] : trace_figures(summary)) rows.push_back(value);
+  }
+  file_->write_fixed("profile/trace/ranks", rows);
+  file_->write_text("profile/trace/summaries", nlohmann::json(summaries).dump());
   file_->flush();
 }
 

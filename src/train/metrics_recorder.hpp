@@ -9,7 +9,9 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "optim/step_outcome.hpp"
@@ -69,6 +71,9 @@ class MetricsRecorder {
   void record_eval(const EvalRecord& record);
   // Rank 0 writes the profile to /profile (the step's rows are recorded as usual).
   void record_profile(const LayerProfile& profile);
+  // Rank 0 writes the traced steps' summaries, one per rank (train/step_trace.hpp), to
+  // /profile/trace: `ranks` [world, figures] and `summaries`, the JSON array as text.
+  void record_trace(const std::vector<nlohmann::json>& summaries);
   // Rank 0 writes every row so far to disk: called at each checkpoint, so that a crash never
   // loses the metrics of steps a resume will not run again.
   void flush();

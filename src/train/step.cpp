@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "model/causal_lm.hpp"
+#include "zero/trace_scope.hpp"
 
 namespace superoffload::train {
 
@@ -19,10 +20,13 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   auto& comm = engine.comm();
   StepResult result;
   // Every token of the global batch weighs the same: 1 / (tokens over all ranks).
-  for (const auto& batch : batches) {
-    result.tokens += static_cast<double>(batch.labels.ne(model::kIgnoreLabel).sum().item<int64_t>());
+  {
+    const zero::TraceScope traced("superoffload/token count");
+    for (const auto& batch : batches) {
+      result.tokens += static_cast<double>(batch.labels.ne(model::kIgnoreLabel).sum().item<int64_t>());
+    }
+    comm.all_reduce_host(&result.tokens, 1, comm::ReduceOp::sum);
   }
-  comm.all_reduce_host(&result.tokens, 1, comm::ReduceOp::sum);
 
   if (hooks.progress) hooks.progress("forward and backward (all-gathers, reduce-scatters)");
   engine.reset_times();
@@ -66,13 +70,19 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   engine.on_gradient_ready(nullptr);
   engine.on_layer_done(nullptr);
   result.forward_backward_s = now_s() - forward_backward_start;
-  comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
+  {
+    const zero::TraceScope traced("superoffload/loss all-reduce");
+    comm.all_reduce_host(sums, 2, comm::ReduceOp::sum);
+  }
   result.loss = sums[0] / std::max(1.0, result.tokens);
   result.aux_loss = sums[1] / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));
 
   if (hooks.progress) hooks.progress("optimizer step (gradient-norm all-reduce)");
   const double optimizer_start = now_s();
-  result.outcome = optimizer.finish_step();
+  {
+    const zero::TraceScope traced("superoffload/optimizer step");
+    result.outcome = optimizer.finish_step();
+  }
   const double end = now_s();
   result.optimizer_s = end - optimizer_start;
   result.seconds = end - start;

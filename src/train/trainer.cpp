@@ -45,9 +45,12 @@
 #include "train/metrics_recorder.hpp"
 #include "train/step.hpp"
 #include "train/step_log.hpp"
+#include "train/step_trace.hpp"
+#include "train/trace_summary.hpp"
 #include "train/throughput.hpp"
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
+#include "zero/trace_scope.hpp"
 
 namespace superoffload::train {
 
@@ -315,6 +318,36 @@ void report_layer_profile(const config::Config& cfg, const cluster::MpiWorld& wo
   }
 }
 
+// [profile] trace_steps: every rank's summary gathered on rank 0, which logs its own in full
+// and a line per rank, and writes them all to metrics.h5. Collective.
+void report_trace(const cluster::MpiWorld& world, const StepTracer& tracer, const nlohmann::json& mine,
+                  MetricsRecorder& metrics) {
+  const auto texts = cluster::MpiWorld::allgather(mine.dump(), world.world());
+  if (world.rank() != 0) return;
+  std::vector<nlohmann::json> summaries;
+  for (const auto& text : texts) summaries.push_back(nlohmann::json::parse(text));
+  metrics.record_trace(summaries);
+  std::ostringstream log;
+  log << "trace of rank 0 in " << tracer.trace_path().string() << " (every rank's beside it):\n";
+  if (mine.contains("error")) {
+    log << "  " << mine["error"].get<std::string>() << "\n";
+  } else {
+    log << format_trace_summary(mine);
+  }
+  if (summaries.size() > 1) {
+    log << "  per rank:  busy  gaps (ms)  syncs/step\n";
+    for (size_t r = 0; r < summaries.size(); ++r) {
+      std::map<std::string, double> f;
+      for (const auto& [name, value] : trace_figures(summaries[r])) f[name] = value;
+      char line[160];
+      std::snprintf(line, sizeof line, "  %8zu  %5.1f%%  %4.0f (%.1f)  %.1f\n", r, 100 * f["busy_fraction"], f["gaps"],
+                    1000 * f["gap_seconds"], f["syncs_per_step"]);
+      log << line;
+    }
+  }
+  SO_LOG(info) << log.str();
+}
+
 // This rank's micro-batches of the next step, on the host. `trained`: the sampler's index i
 // is sample trained[i] of the dataset (a share held out for validation); empty: sample i.
 std::vector<MicroBatch> next_micro_batches(data::DistributedSampler& sampler, const data::TokenDataset& dataset,
@@ -520,12 +553,17 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
       checkpoints.save(position_at(0), TrainingCheckpoints::Kind::periodic, /*best=*/true);
     }
   }
+  StepTracer tracer(cfg.profile, engine.device(), rank, t.output_dir, position.step, total_steps);
   for (int64_t step = position.step; step < total_steps; ++step) {
+    tracer.begin_step(step + 1);
     const double step_start = now_s();
     reset_device_peak(device);
     const std::string step_name = "step " + std::to_string(step + 1) + ": ";
     watchdog.progress(step_name + "data");
-    const auto batches = next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
+    const auto batches = [&] {
+      const zero::TraceScope traced("superoffload/data");
+      return next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
+    }();
     const double data_s = now_s() - step_start;
     const double lr = schedule.at(step);
     std::optional<zero::LayerProfiler> profiler;  // [profile] step
@@ -535,6 +573,10 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
     const auto result = run_step(engine, *optimizer, batches, lr,
                                  {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
+    if (const auto traced = tracer.end_step(step + 1)) {
+      watchdog.progress(step_name + "trace summary");
+      report_trace(world, tracer, *traced, metrics);
+    }
     if (profiler) {
       engine.set_profiler(nullptr);
       watchdog.progress(step_name + "profile");

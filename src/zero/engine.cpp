@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "model/load_balancing.hpp"
+#include "zero/trace_scope.hpp"
 
 namespace superoffload::zero {
 using base::now_s;
@@ -22,18 +23,22 @@ namespace {
 // LibTorch's threads (no fp64 copy), in eight independent sums per thread: one running sum is
 // bound by the latency of its additions (0.45 G elements/s per thread measured on an EPYC; the
 // CPU share of an 8B model is 6.8G elements every step). Not finite when an element is not.
-double squared_norm(const at::Tensor& t) {
-  if (!t.device().is_cpu()) {
-    // In slices: an fp64 copy of the whole shard (and its square) would be a transient of four
-    // times its fp32 size on the device, 8 GiB for the embedding of an 8B model's device share.
-    constexpr int64_t kSlice = int64_t{1} << 24;
-    const auto flat = t.reshape({-1});
-    auto sum = at::zeros({}, flat.options().dtype(at::kDouble));
-    for (int64_t begin = 0; begin < flat.numel(); begin += kSlice) {
-      sum += flat.narrow(0, begin, std::min(kSlice, flat.numel() - begin)).to(at::kDouble).square().sum();
-    }
-    return sum.item<double>();
+// On a device: a 0-dim fp64 tensor on it, read by the caller once for all layers (reading
+// each layer's would synchronise with the device once per layer).
+at::Tensor device_squared_norm(const at::Tensor& t) {
+  // In slices: an fp64 copy of the whole shard (and its square) would be a transient of four
+  // times its fp32 size on the device, 8 GiB for the embedding of an 8B model's device share.
+  constexpr int64_t kSlice = int64_t{1} << 24;
+  const auto flat = t.reshape({-1});
+  auto sum = at::zeros({}, flat.options().dtype(at::kDouble));
+  for (int64_t begin = 0; begin < flat.numel(); begin += kSlice) {
+    sum += flat.narrow(0, begin, std::min(kSlice, flat.numel() - begin)).to(at::kDouble).square().sum();
   }
+  return sum;
+}
+
+double squared_norm(const at::Tensor& t) {
+  SO_CHECK(t.device().is_cpu(), "squared_norm: a host tensor expected, not one on " << t.device());
   const float* data = t.const_data_ptr<float>();
   return at::parallel_reduce(
       int64_t{0}, t.numel(), int64_t{1} << 16, 0.0,
@@ -95,6 +100,7 @@ void ZeroEngine::account() {
 
 void ZeroEngine::deliver(const std::vector<size_t>& complete, bool last_micro_batch) {
   if (!last_micro_batch || !gradient_ready_) return;
+  const TraceScope traced("superoffload/gradients to optimizer");
   for (size_t layer : complete) gradient_ready_(layer);
 }
 
@@ -140,11 +146,22 @@ void ZeroEngine::zero_grad() {
 }
 
 double ZeroEngine::global_grad_norm(const std::function<double()>& host_squares) {
+  const TraceScope traced("superoffload/gradient norm");
   double squares = host_squares ? host_squares() : 0.0;
+  at::Tensor on_device;  // the device shards' sum, read once
+  auto add = [&](const at::Tensor& t) {
+    if (t.device().is_cpu()) {
+      squares += squared_norm(t);
+    } else {
+      auto part = device_squared_norm(t);
+      on_device = on_device.defined() ? on_device.add_(part) : part;
+    }
+  };
   for (auto& layer : layers_) {
-    squares += squared_norm(layer.grad_shard());
-    if (!host_squares) squares += squared_norm(layer.host_grad());
+    add(layer.grad_shard());
+    if (!host_squares) add(layer.host_grad());
   }
+  if (on_device.defined()) squares += on_device.item<double>();
   comm_.all_reduce_host(&squares, 1, comm::ReduceOp::sum);
   return std::sqrt(squares);
 }
@@ -274,11 +291,13 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   }
   {
     ScopedTime timed(times_.reduce_s);
+    const TraceScope traced("superoffload/reduce finish");
     deliver(reducer_.finish(), last_micro_batch);
   }
   times_.reduce_wait_s += reducer_.take_wait_seconds();
   {
     ScopedTime timed(times_.backward_s);  // on a GPU: the host waits for the last backward kernels
+    const TraceScope traced("superoffload/loss read");
     result.loss_sum = loss.sum.item<double>();
   }
   return result;

@@ -14,12 +14,18 @@
 #include <tuple>
 #include <vector>
 
+#include "zero/trace_scope.hpp"
+
 namespace superoffload::zero {
 
 enum class ProfilePhase { gather, forward, recompute, backward, reduce };
 inline constexpr size_t kProfilePhases = 5;
 inline constexpr const char* kProfilePhaseNames[kProfilePhases] = {"gather", "forward", "recompute", "backward",
                                                                   "reduce"};
+// The phases' spans in a step trace (zero/trace_scope.hpp), "#layer" appended.
+inline constexpr const char* kProfilePhaseScopes[kProfilePhases] = {
+    "superoffload/gather", "superoffload/forward", "superoffload/recompute", "superoffload/backward",
+    "superoffload/reduce"};
 
 class LayerProfiler {
  public:
@@ -42,11 +48,15 @@ class LayerProfiler {
   std::vector<std::tuple<size_t, size_t, c10::Event*, c10::Event*>> spans_;  // layer, phase, start, end
 };
 
-// Brackets a phase when a profiler is set (RAII; does nothing without one).
+// Brackets a phase when a profiler is set, and names it in a step trace when one is recorded
+// (RAII; a check each without either).
 class ProfileScope {
  public:
   ProfileScope(LayerProfiler* profiler, size_t layer, ProfilePhase phase)
-      : profiler_(profiler), layer_(layer), phase_(phase) {
+      : trace_(kProfilePhaseScopes[static_cast<size_t>(phase)], static_cast<int64_t>(layer)),
+        profiler_(profiler),
+        layer_(layer),
+        phase_(phase) {
     if (profiler_) profiler_->begin(layer_, phase_);
   }
   ~ProfileScope() {
@@ -56,6 +66,7 @@ class ProfileScope {
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
+  TraceScope trace_;  // opened first, closed last: the profiler's own events fall inside
   LayerProfiler* profiler_;
   size_t layer_;
   ProfilePhase phase_;

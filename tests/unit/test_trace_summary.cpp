@@ -1,0 +1,203 @@
+// The step trace's summary (train/trace_summary.hpp) on traces written here event by event in
+// Kineto's Chrome-trace format. The GPU one stands in for a CUDA trace (no GPU on the machines
+// that run this suite): its categories, names and args are those Kineto writes for CUPTI's
+// kernels, copies and runtime calls. The CLI test (tests/cli/test_trace.sh) checks the real
+// Kineto traces of the tiny model, on the CPU and, under the gpu label, on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "config/step_range.hpp"
+#include "train/trace_summary.hpp"
+
+namespace superoffload::train {
+namespace {
+
+using nlohmann::json;
+
+json event(const std::string& cat, const std::string& name, double ts, double dur, int pid, int tid, json args = json::object()) {
+  return {{"ph", "X"}, {"cat", cat}, {"name", name}, {"ts", ts}, {"dur", dur}, {"pid", pid}, {"tid", tid}, {"args", args}};
+}
+
+// One 10 ms step on host thread 1/1; the GPU (pid 0) runs on streams 7 and 8.
+json gpu_trace() {
+  json events = json::array();
+  events.push_back(event("user_annotation", "superoffload/step 5", 0, 10000, 1, 1));
+  // Device: busy 100-3000 (two overlapping kernels on two streams), 5000-9000; a DtoH copy
+  // inside the first stretch, an HtoD one inside the second.
+  events.push_back(event("kernel", "sm90_gemm", 100, 2000, 0, 7, {{"correlation", 1}}));
+  events.push_back(event("kernel", "sm90_gemm", 2000, 1000, 0, 8, {{"correlation", 2}}));
+  events.push_back(event("kernel", "elementwise_kernel", 5000, 4000, 0, 7, {{"correlation", 3}}));
+  events.push_back(event("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 2920, 10, 0, 7,
+                         {{"correlation", 9}, {"bytes", 4}}));
+  events.push_back(event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 6000, 100, 0, 8,
+                         {{"correlation", 4}, {"bytes", 1e6}}));
+  // Host: the loss read (an item: a pageable copy and a stream synchronisation, one call of
+  // ours), the backward whose mm queues the kernel that ends the gap, a device synchronisation
+  // of our own in the optimizer step.
+  events.push_back(event("user_annotation", "superoffload/loss read", 2800, 800, 1, 1));
+  events.push_back(event("cpu_op", "aten::item", 2900, 600, 1, 1));
+  events.push_back(event("cpu_op", "aten::_local_scalar_dense", 2905, 590, 1, 1));
+  events.push_back(event("cuda_runtime", "cudaMemcpyAsync", 2910, 30, 1, 1, {{"correlation", 9}}));
+  events.push_back(event("cuda_runtime", "cudaStreamSynchronize", 2950, 450, 1, 1, {{"correlation", 10}}));
+  events.push_back(event("user_annotation", "superoffload/backward#2", 4000, 2000, 1, 1));
+  events.push_back(event("cpu_op", "aten::mm", 4800, 150, 1, 1));
+  events.push_back(event("cuda_runtime", "cudaLaunchKernel", 4900, 10, 1, 1, {{"correlation", 3}}));
+  events.push_back(event("cuda_runtime", "cudaMemcpyAsync", 5950, 20, 1, 1, {{"correlation", 4}}));
+  events.push_back(event("user_annotation", "superoffload/optimizer step", 9200, 700, 1, 1));
+  events.push_back(event("cuda_runtime", "cudaDeviceSynchronize", 9500, 100, 1, 1, {{"correlation", 11}}));
+  // Outside the step: not counted.
+  events.push_back(event("kernel", "after_the_step", 12000, 500, 0, 7, {{"correlation", 12}}));
+  events.push_back(event("cuda_runtime", "cudaStreamSynchronize", 12000, 50, 1, 1, {{"correlation", 13}}));
+  return {{"schemaVersion", 1}, {"traceEvents", events}};
+}
+
+TEST(TraceSummary, GpuBusyFractionGapsAndWhoEndedThem) {
+  const auto s = summarize_trace(gpu_trace());
+  EXPECT_EQ(s["device"], "gpu");
+  ASSERT_EQ(s["steps"].size(), 1u);
+  EXPECT_EQ(s["steps"][0]["step"], 5);
+  EXPECT_NEAR(s["seconds"].get<double>(), 0.010, 1e-12);
+  // Busy 100-3000 and 5000-9000: 6.9 of 10 ms.
+  EXPECT_NEAR(s["busy_fraction"].get<double>(), 0.69, 1e-12);
+  // Gaps: 0-100 (under 0.5 ms), 3000-5000 and 9000-10000.
+  const auto& gaps = s["gaps"];
+  ASSERT_EQ(gaps["count"], 2);
+  EXPECT_NEAR(gaps["seconds"].get<double>(), 0.003, 1e-12);
+  const auto& longest = gaps["listed"][0];
+  EXPECT_NEAR(longest["ms"].get<double>(), 2.0, 1e-9);
+  EXPECT_NEAR(longest["at_ms"].get<double>(), 3.0, 1e-9);
+  EXPECT_EQ(longest["preceded_by"], "aten::_local_scalar_dense");  // the innermost operator as the device ran dry
+  EXPECT_EQ(longest["scope"], "superoffload/backward#2");           // where the host was halfway through
+  EXPECT_EQ(longest["next"], "elementwise_kernel");
+  EXPECT_EQ(longest["queued_by"], "aten::mm");
+  EXPECT_EQ(gaps["listed"][1]["scope"], "superoffload/optimizer step");
+}
+
+TEST(TraceSummary, GpuKernelsCopiesAndSynchronisations) {
+  const auto s = summarize_trace(gpu_trace());
+  const auto& top = s["kernels"]["top"];
+  ASSERT_EQ(top.size(), 2u);  // the kernel after the step is not counted
+  EXPECT_EQ(top[0]["name"], "elementwise_kernel");
+  EXPECT_NEAR(top[0]["share"].get<double>(), 4.0 / 7.0, 1e-12);
+  EXPECT_EQ(top[1]["name"], "sm90_gemm");
+  EXPECT_EQ(top[1]["calls"], 2);
+  EXPECT_NEAR(top[1]["seconds"].get<double>(), 0.003, 1e-12);
+
+  ASSERT_EQ(s["copies"].size(), 2u);
+  for (const auto& c : s["copies"]) {
+    if (c["direction"] == "HtoD") {
+      EXPECT_EQ(c["memory"], "pinned");
+      EXPECT_NEAR(c["gb_per_s"].get<double>(), 10.0, 1e-9);  // 1 MB in 100 µs
+    } else {
+      EXPECT_EQ(c["direction"], "DtoH");
+      EXPECT_EQ(c["memory"], "pageable");
+      EXPECT_EQ(c["bytes"], 4);
+    }
+  }
+  // The item's copy and synchronisation are one call of ours; the optimizer's device
+  // synchronisation another; the pinned copy does not wait; the one after the step is not counted.
+  const auto& syncs = s["syncs"];
+  EXPECT_EQ(syncs["count"], 2);
+  EXPECT_EQ(s["steps"][0]["syncs"], 2);
+  ASSERT_EQ(syncs["sources"].size(), 2u);
+  std::set<std::string> where;
+  for (const auto& source : syncs["sources"]) where.insert(source["where"].get<std::string>());
+  EXPECT_TRUE(where.count("superoffload/loss read > aten::item")) << syncs.dump();
+  EXPECT_TRUE(where.count("superoffload/optimizer step > cudaDeviceSynchronize")) << syncs.dump();
+
+  std::map<std::string, double> f;
+  for (const auto& [name, value] : trace_figures(s)) f[name] = value;
+  EXPECT_NEAR(f["busy_fraction"], 0.69, 1e-12);
+  EXPECT_EQ(f["htod_bytes"], 1e6);
+  EXPECT_EQ(f["pageable_bytes"], 4);
+  EXPECT_EQ(f["syncs_per_step"], 2);
+  EXPECT_TRUE(std::isnan(f["allocator_retries"]));  // the tracer adds the allocator's counts
+}
+
+// Two steps on a CPU: operators nest on the step's thread; other threads do not count.
+json cpu_trace() {
+  json events = json::array();
+  for (int step = 0; step < 2; ++step) {
+    const double t0 = step * 10000.0;
+    events.push_back(event("user_annotation", "superoffload/step " + std::to_string(3 + step), t0, 10000, 9, 9));
+    events.push_back(event("user_annotation", "superoffload/forward#1", t0, 4000, 9, 9));
+    events.push_back(event("cpu_op", "aten::linear", t0 + 100, 3000, 9, 9));   // self 1000
+    events.push_back(event("cpu_op", "aten::mm", t0 + 200, 2000, 9, 9));       // self 2000
+    events.push_back(event("user_annotation", "superoffload/gather#2", t0 + 4000, 3000, 9, 9));  // idle: waiting
+    events.push_back(event("cpu_op", "aten::item", t0 + 7000, 100, 9, 9));
+    events.push_back(event("cpu_op", "aten::_local_scalar_dense", t0 + 7010, 80, 9, 9));
+    events.push_back(event("cpu_op", "aten::nonzero", t0 + 7200, 300, 9, 9));
+    events.push_back(event("cpu_op", "aten::mm", t0 + 7600, 2400, 9, 9));
+    events.push_back(event("cpu_op", "aten::mm", t0 + 500, 9000, 9, 10));  // another thread
+  }
+  return {{"traceEvents", events}};
+}
+
+TEST(TraceSummary, CpuOperatorsSelfTimeGapsAndHostReads) {
+  const auto s = summarize_trace(cpu_trace());
+  EXPECT_EQ(s["device"], "cpu");
+  ASSERT_EQ(s["steps"].size(), 2u);
+  // Busy per step: 100-3100, 7000-7100, 7200-7500, 7600-10000 = 5.8 of 10 ms.
+  EXPECT_NEAR(s["busy_fraction"].get<double>(), 0.58, 1e-12);
+  // Gaps per step: 0-100 (short), 3100-7000 (3.9 ms), 7100-7200 and 7500-7600 (short).
+  EXPECT_EQ(s["gaps"]["count"], 2);
+  const auto& gap = s["gaps"]["listed"][0];
+  EXPECT_NEAR(gap["ms"].get<double>(), 3.9, 1e-9);
+  EXPECT_EQ(gap["preceded_by"], "aten::linear");
+  EXPECT_EQ(gap["scope"], "superoffload/gather#2");
+  EXPECT_FALSE(gap.contains("queued_by"));
+  // Self times over both steps: mm 2 × (2000 + 2400), linear 2 × 1000.
+  const auto& top = s["kernels"]["top"];
+  EXPECT_EQ(top[0]["name"], "aten::mm");
+  EXPECT_NEAR(top[0]["seconds"].get<double>(), 0.0088, 1e-12);
+  EXPECT_EQ(top[0]["calls"], 4);
+  EXPECT_EQ(top[1]["name"], "aten::linear");
+  EXPECT_NEAR(top[1]["seconds"].get<double>(), 0.002, 1e-12);
+  // item (its _local_scalar_dense once) and nonzero, in both steps.
+  EXPECT_EQ(s["syncs"]["count"], 4);
+  EXPECT_EQ(s["syncs"]["per_step"], 2);
+  EXPECT_TRUE(s["copies"].empty());
+  std::map<std::string, double> f;
+  for (const auto& [name, value] : trace_figures(s)) f[name] = value;
+  EXPECT_TRUE(std::isnan(f["htod_bytes"]));
+  EXPECT_EQ(f["steps"], 2);
+  const auto text = format_trace_summary(s);
+  EXPECT_NE(text.find("step 3: 10.0 ms, operators busy 58.0%, 1 gap(s) over 0.5 ms (3.9 ms), 2 synchronising call(s)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(outside superoffload's scopes) > aten::item"), std::string::npos) << text;
+  EXPECT_NE(text.find("host<->device copies: none (a CPU run)"), std::string::npos) << text;
+}
+
+TEST(TraceSummary, TraceWithoutStepsIsRefused) {
+  json trace = {{"traceEvents", json::array({event("cpu_op", "aten::mm", 0, 10, 1, 1)})}};
+  EXPECT_THROW(summarize_trace(trace), superoffload::Error);
+  EXPECT_THROW(summarize_trace(json::object()), superoffload::Error);
+}
+
+TEST(StepRange, ParsesOneStepOrARange) {
+  std::string problem;
+  EXPECT_FALSE(config::parse_step_range("", problem));
+  EXPECT_TRUE(problem.empty());
+  const auto one = config::parse_step_range("3", problem);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->first, 3);
+  EXPECT_EQ(one->last, 3);
+  const auto two = config::parse_step_range("3-14", problem);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->first, 3);
+  EXPECT_EQ(two->last, 14);
+  EXPECT_TRUE(two->contains(14) && !two->contains(2) && !two->contains(15));
+  for (const char* bad : {"0", "4-3", "a", "3-", "-3", "3-4-5", " 3", "1.5"}) {
+    EXPECT_FALSE(config::parse_step_range(bad, problem)) << bad;
+    EXPECT_NE(problem.find(bad), std::string::npos) << problem;
+  }
+}
+
+}  // namespace
+}  // namespace superoffload::train
