@@ -4,6 +4,11 @@
 # device tool copies there, with the build that bench/gpu_bundle.sh packed here:
 #
 #   env          GPU, driver, CUDA, NCCL, PyTorch, CPU: the facts every figure needs
+#   trace        steps 3-4 traced with Kineto ([profile] trace_steps) in four runs: the 1.65B with the
+#                optimizer on the device (the on-device baseline), SuperOffload at 1.65B with clip 0
+#                and 1.0, and Llama-3.1-8B's shape with SuperOffload; each rank's summary (busy
+#                fraction, top kernels, gaps, copies, synchronisations, allocator) comes back in
+#                $OUT/trace/, the multi-MB traces stay on the machine
 #   tests        every CTest test labelled gpu (commands as CTest lists them)
 #   correctness  the tiny model's losses on the GPU against the CPU, reduce buckets of 20,000
 #                elements (every layer in several chunks), fp32 and bf16, speculation always,
@@ -26,6 +31,9 @@
 #
 # Each part writes $OUT/<part>.txt and a line to $OUT/summary.txt, and the next part runs
 # when one fails. Parts are cut to what is left before --deadline (seconds from the start).
+# The default order is the first of a session's two calls: env, trace, tests. Between the
+# calls the traces' findings are fixed on the CPU; the second call re-measures and compares,
+# SO_SESSION_ORDER="trace:260,deepspeed:280"; the other parts are named the same way.
 #
 #   bench/gpu_session.sh [--out DIR] [--quick] [--deadline 560] [--parts env,tests,...]
 #                        [--bundle .gpu/bundle.tar.xz] [--dry-run]
@@ -37,7 +45,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
 wheels_dir=$here/.gpu/wheels
-parts=env,tests,correctness,memory,baseline,moonshot,speed,link,profile,deepspeed
+parts=env,trace,tests,correctness,memory,baseline,moonshot,speed,link,profile,deepspeed
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
@@ -100,6 +108,9 @@ if ((dry)); then
   setup        unpack the bundle; link $built_root to the tree if it sits elsewhere; $built_root/.venv -> the
                machine's PyTorch (same version as the build's, checked); Open MPI from the bundle (OPAL_PREFIX)
   env          nvidia-smi; nvcc --version; python3 -c 'torch, torch.version.cuda, torch.cuda.nccl.version()'; lscpu
+  trace        superoffload train (4 steps) --set profile.trace_steps=3-4: 1.65B (hidden 2560 x 24, seq 2048 x 4,
+               bf16) with offload.device=none, with SuperOffload at clip 1.0 and 0; the 8B (seq 4096 x 4, ratio
+               0.85, bf16 moments); traces/*.summary.json -> \$OUT/trace/<run>.rank<R>.summary.json
   tests        for each test of build/gpu_tests.json (ctest -L gpu): its command and environment, skip/pass/fail
   correctness  superoffload train configs/tiny.toml --set runtime.device=cpu|cuda --set precision.bf16=false|true
                  --set offload.speculation=always|auto|never --set training.gradient_clipping=0|1.0
@@ -506,6 +517,68 @@ part_profile() {
   return $rc
 }
 
+# Steps 3-4 of four runs traced with Kineto ([profile] trace_steps), the first thing the GPU
+# minutes buy: where each step's time goes. Only the summaries come back ($OUT/trace/), with the
+# log's summary block and RESULT lines. SO_SESSION_TRACE_MODEL ("2560 24 2048") and
+# SO_SESSION_TRACE_8B ("8b", or "HIDDENxLAYERS") shrink the models for a rehearsal on the CPU.
+part_trace() {
+  work=$(mktemp -d)
+  mkdir -p "$out/trace"
+  source bench/scaled_llama.sh
+  local hidden layers seq165 status=0
+  read -r hidden layers seq165 <<<"${SO_SESSION_TRACE_MODEL:-2560 24 2048}"
+  scaled_llama "$work/m165" "$hidden" "$layers" "$seq165" $((seq165 * 4 * 6)) "$built_root/build"
+  local shape8b=${SO_SESSION_TRACE_8B:-8b}
+  llama_dir "$work/m8b" "$shape8b"
+  "$built_root/build/bin/superoffload_demo_corpus" "$work/m8b/corpus.jsonl" --tokens $((seq * 4 * 6)) > /dev/null
+  local common=(--set precision.bf16=true --set training.train_micro_batch_size_per_gpu=4 --set training.max_steps=4
+    --set profile.trace_steps=3-4 --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false
+    --set offload.cpuadam_cores_perc=0.9 --set runtime.device="$gpu")
+  trace_run() {  # trace_run NAME MODEL_DIR SEQ LIMIT [--set ...]
+    local name=$1 model=$2 run_seq=$3 limit=$4
+    shift 4
+    echo "===== $name"
+    within "$limit" mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml "${common[@]}" --set model.path="$model" \
+      --set data.path="$model/corpus.jsonl" --set data.seq_len="$run_seq" --set training.output_dir="$work/$name" "$@" \
+      > "$work/$name.log" 2>&1
+    local rc=$?
+    # The log from the trace's summary on: its block, and the steps after it.
+    sed -n '/trace of rank 0 in/,$p' "$work/$name.log" | cut -c1-400 | head -70
+    grep -E "error|Error" "$work/$name.log" | head -5
+    for f in "$work/$name"/traces/*.summary.json; do
+      [[ -f $f ]] && cp "$f" "$out/trace/$name.$(basename "$f" | sed -E 's/\.steps_[0-9-]+\.summary\.json$//').summary.json"
+    done
+    ((rc == 0)) || { echo "RESULT trace $name: train exited $rc"; tail -15 "$work/$name.log"; return 1; }
+    "$machine_python" - "$out/trace/$name.rank_0.summary.json" "$name" <<'PY'
+import json, sys
+s, name = json.load(open(sys.argv[1])), sys.argv[2]
+if "error" in s:
+    print(f"RESULT trace {name}: {s['error']}"); sys.exit(1)
+steps = s["steps"]
+top = s["kernels"]["top"][:3]
+copies = ", ".join(f"{c['direction']} {c['memory']} {c['bytes']/1e9:.2f} GB at {c['gb_per_s']:.1f} GB/s" for c in s["copies"])
+a = s.get("allocator", {})
+print(f"RESULT trace {name}: {1000*s['seconds']/len(steps):.0f} ms/step, device busy {100*s['busy_fraction']:.1f}%, "
+      f"{s['gaps']['count']} gaps over 0.5 ms ({1000*s['gaps']['seconds']/len(steps):.0f} ms/step), "
+      f"{s['syncs']['per_step']:.1f} syncs/step; allocator retries {a.get('retries','-')}, cudaMalloc {a.get('device_allocs','-')}")
+print(f"RESULT trace {name}: top kernels " + "; ".join(f"{100*k['share']:.0f}% {k['name'][:60]}" for k in top))
+print(f"RESULT trace {name}: copies {copies or 'none'}")
+for g in s["gaps"]["listed"][:3]:
+    print(f"RESULT trace {name}: gap {g['ms']:.1f} ms in {g['scope'] or '-'} after {g['preceded_by']}")
+for src in s["syncs"]["sources"][:3]:
+    print(f"RESULT trace {name}: {src['count']} syncs from {src['where']}")
+PY
+  }
+  trace_run on_device_1.65b "$work/m165" "$seq165" 60 --set offload.device=none || status=1
+  trace_run superoffload_1.65b_clip1 "$work/m165" "$seq165" 60 --set training.gradient_clipping=1.0 || status=1
+  trace_run superoffload_1.65b_clip0 "$work/m165" "$seq165" 60 --set training.gradient_clipping=0 || status=1
+  trace_run superoffload_8b "$work/m8b" "$seq" "$(($(part_left) - 5))" --set training.gradient_clipping=1.0 \
+    --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16 --set zero.sub_group_size=100000000 \
+    --set zero.reduce_bucket_size=200000000 || status=1
+  rm -rf "$work"
+  return $status
+}
+
 # DeepSpeed 0.19 (ZeRO-3 + super_offload, and its ZeRO-Offload mode) against ours on the speed
 # part's model, from the wheels that bench/gpu_bundle.sh put in .gpu/wheels (installed into
 # /tmp, never into the machine's Python). Its CPU Adam is compiled on first use (about a minute).
@@ -542,12 +615,13 @@ part_speed() {
 }
 
 run_part env 30
-if [[ -n ${SO_SESSION_ORDER:-} ]]; then  # a second session in the same task: only what is left
+if [[ -n ${SO_SESSION_ORDER:-} ]]; then  # the second call, or a session's own choice
   for p in ${SO_SESSION_ORDER//,/ }; do run_part "${p%:*}" "${p#*:}"; done
 elif ((quick)); then
-  run_part tests 100; run_part correctness 40; run_part memory 60; run_part speed 70
+  run_part trace 120; run_part tests 100; run_part correctness 40
 else
-  run_part tests 100; run_part correctness 100; run_part link 20; run_part memory 150; run_part moonshot 200
+  # The first call: traces first, then the GPU tests; what time is left goes to the rest.
+  run_part trace 300; run_part tests 150; run_part correctness 100; run_part memory 150; run_part moonshot 200
   run_part profile 60; run_part speed 200
 fi
 note "session: $((SECONDS - start)) s"

@@ -163,6 +163,14 @@ bool host_reading_operator(const std::string& name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
+// Operators that read a value on the host through one of those (item, a tensor's truth value).
+bool host_reading_wrapper(const std::string& name) {
+  static const char* const kNames[] = {"aten::item", "aten::is_nonzero", "aten::equal", "aten::allclose",
+                                       "aten::unique", "aten::nonzero_numpy"};
+  return host_reading_operator(name) ||
+         std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
 // "Memcpy HtoD (Pinned -> Device)" -> {"HtoD", "pinned"}.
 std::pair<std::string, std::string> copy_kind(const std::string& name) {
   std::string direction = "other";
@@ -417,8 +425,14 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
                           events[static_cast<size_t>(copy->second)].name.find("Pageable") != std::string::npos;
         }
       }
-    } else {
-      synchronising = e.kind == Kind::cpu_op && host_reading_operator(e.name);
+    } else if (e.kind == Kind::cpu_op && host_reading_operator(e.name)) {
+      // A read inside another operator's CPU kernel (the fused AdamW reads its step count) is
+      // that kernel's business, and no read on a GPU: only reads our code asked for count.
+      synchronising = true;
+      for (long p = e.parent; p >= 0 && events[static_cast<size_t>(p)].kind == Kind::cpu_op;
+           p = events[static_cast<size_t>(p)].parent) {
+        synchronising = synchronising && host_reading_wrapper(events[static_cast<size_t>(p)].name);
+      }
     }
     if (!synchronising) continue;
     const long s = step_of(e.start);
