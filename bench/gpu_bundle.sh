@@ -42,6 +42,11 @@ for p in "${programs[@]}"; do strip -o "$root/build/bin/$p" "$build/bin/$p"; don
 grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CXX_COMPILER|SUPEROFFLOAD_PYTHON|MPIEXEC_EXECUTABLE):' \
   "$build/CMakeCache.txt" > "$root/build/cache.txt"
 "$here/.venv/bin/python" -c 'import torch; print(torch.__version__)' > "$root/build/torch_version.txt"
+# The programs' RUNPATHs are relative ($ORIGIN): the session links the tree's site-packages path
+# to the machine's PyTorch and rewrites the tests' commands from this root to its own.
+echo "$here" > "$root/build/built_root.txt"
+realpath --relative-to="$here" "$("$here/.venv/bin/python" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')" \
+  > "$root/build/torch_site.txt"
 
 # Open MPI as Debian lays it out, relocatable with OPAL_PREFIX (and PMIx with PMIX_PREFIX).
 multi=/usr/lib/x86_64-linux-gnu

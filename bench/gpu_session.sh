@@ -62,16 +62,17 @@ summary=$out/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-# ---- what the build was made at, and where it must sit -----------------------------------------
-# The programs' RUNPATHs and the GPU tests' commands name absolute paths of the tree they were
-# built in (the repository root and its .venv's LibTorch); the session recreates those paths.
-built_root=/work/main
+# ---- where the build sits -------------------------------------------------------------------------
+# The programs find our libraries and LibTorch relative to themselves ($ORIGIN: build/lib, and
+# the tree's .venv/lib/pythonX.Y/site-packages/torch/lib), so the tree runs wherever the device
+# tool puts it; only the GPU tests' commands name the tree the bundle was built in, and are
+# rewritten to this one.
+built_root=$here
 # A rehearsal of the plumbing on a machine without a GPU (not a measurement): SO_SESSION_DEVICE=cpu
 # runs every "GPU" run on the CPU, SO_SESSION_SEQ and SO_SESSION_SHAPES ("1b:256x2 3b:384x2")
 # shrink the memory part's models, SO_SESSION_SPEED_ARGS ("--hidden 256 --layers 2 --seq 128 --bf16 false")
 # the speed part's.
 gpu=${SO_SESSION_DEVICE:-cuda} seq=${SO_SESSION_SEQ:-4096}
-torch_dir_at_build=$built_root/.venv/lib/python3.11/site-packages
 
 # ---- dry run: the plan and the inputs -------------------------------------------------------------
 if ((dry)); then
@@ -105,7 +106,7 @@ if ((dry)); then
   done
   echo "steps (each with a time limit, cut to what is left of the deadline):"
   cat <<EOF
-  setup        unpack the bundle; link $built_root to the tree if it sits elsewhere; $built_root/.venv -> the
+  setup        unpack the bundle; .venv/<the build's site-packages path> -> the
                machine's PyTorch (same version as the build's, checked); Open MPI from the bundle (OPAL_PREFIX)
   env          nvidia-smi; nvcc --version; python3 -c 'torch, torch.version.cuda, torch.cuda.nccl.version()'; lscpu
   trace        superoffload train (4 steps) --set profile.trace_steps=3-4: 1.65B (hidden 2560 x 24, seq 2048 x 4,
@@ -133,26 +134,24 @@ fi
 
 # ---- setup ------------------------------------------------------------------------------------------
 [[ -f $bundle ]] || { note "setup: FAILED: no bundle at $bundle (make it with bench/gpu_bundle.sh)"; exit 1; }
-if [[ $here != "$built_root" ]]; then
-  if [[ -e $built_root ]]; then
-    note "setup: FAILED: the build's paths need $built_root, which exists here and is not this tree"; exit 1
-  fi
-  mkdir -p "$(dirname "$built_root")" && ln -s "$here" "$built_root"
-fi
 cd "$built_root" || exit 1
 root=/tmp/so-gpu-root
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "$bundle" ||
   { note "setup: FAILED: could not unpack $bundle"; exit 1; }
 tests_json=$root/gpu_tests.json
-cp "$root/build/gpu_tests.json" "$tests_json"
+# The tests' commands and environment name the tree the bundle was built in: this one instead.
+bundle_root=$(cat "$root/build/built_root.txt" 2>/dev/null || echo /work/main)
+sed -E "s#$bundle_root([/\"])#$here\1#g" "$root/build/gpu_tests.json" > "$tests_json"
+# Where the build's RUNPATHs look for LibTorch, relative to the tree (.venv/lib/python3.11/site-packages).
+torch_site_in_tree=$(cat "$root/build/torch_site.txt" 2>/dev/null || echo .venv/lib/python3.11/site-packages)
 want_torch=$(cat "$root/build/torch_version.txt")
 # A build made in this tree (a trial of this script beside the build) is used as it is.
 [[ -f build/CMakeCache.txt ]] || { rm -rf build && mv "$root/build" build; }
 machine_python=$(command -v python3)
 machine_site=$("$machine_python" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 if [[ ! -e .venv ]]; then
-  mkdir -p .venv/bin "$(dirname "$torch_dir_at_build")"
-  ln -s "$machine_site" "$torch_dir_at_build"
+  mkdir -p .venv/bin "$(dirname "$torch_site_in_tree")"
+  ln -s "$machine_site" "$torch_site_in_tree"
   # The tests' Python (h5py, numpy) is the machine's, without the bundle's libraries.
   printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$machine_python" > .venv/bin/python
   chmod +x .venv/bin/python

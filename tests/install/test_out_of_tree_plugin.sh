@@ -46,4 +46,9 @@ TOML
 out=$("$prefix/bin/superoffload" train "$tmp/train.toml" 2>&1) || fail "training with the out-of-tree plugin: $out"
 expect_contains "$out" "Step 6/6 | Loss" "training steps"
 expect_contains "$out" "plugin residual_mlp 0.1.0" "model built by the out-of-tree plugin"
-echo "out-of-tree plugin: built against the installed package, loaded, loss $loss = reference $reference, trained 6 steps"
+# The installed tree moved as a whole still runs: our libraries and plugins are found beside the
+# program ($ORIGIN), not where the tree was installed.
+mv "$prefix" "$tmp/moved"
+out=$("$tmp/moved/bin/superoffload" plugins 2>&1) || fail "the moved install: $out"
+expect_contains "$out" "$tmp/moved/lib/superoffload/plugins/libsuperoffload_llama.so" "the moved install's plugins"
+echo "out-of-tree plugin: built against the installed package, loaded, loss $loss = reference $reference, trained 6 steps; the moved install runs"
