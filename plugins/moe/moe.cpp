@@ -3,11 +3,22 @@
 // softmax, clamped SwiGLU experts with biases, attention sinks, alternating sliding-window
 // and full attention, YaRN RoPE). Each expert runs only on the tokens routed to it.
 //
+// Experts: the (token, slot) pairs are sorted by expert once per layer on the device, and each
+// projection of all experts is one grouped matrix product over them (moe/grouped_gemm.hpp)
+// whose group ends stay on the device: no host value inside a layer, in forward, recompute or
+// backward. The outputs go back to (token, slot) order and are summed per token with the
+// routing weights. SUPEROFFLOAD_MOE_EXPERTS=loop runs the per-expert loop instead (a module
+// call per expert on its tokens, the group sizes read on the host): the reference the tests
+// and bench/bench_moe_layer compare with.
+//
 // Load-balancing loss: when config.json sets output_router_logits (as HF requires for it to
 // count), each MoE layer hands its router's statistics to the engine, which pools all MoE
 // layers of the forward pass into HF's loss (model/load_balancing.hpp), weighted by
 // router_aux_loss_coef. The statistics come from the raw router logits in every family (GPT-OSS:
 // with the router's bias), as HF records them, not from the normalised top-k weights.
+#include <cstdlib>
+#include <cstring>
+
 #include "base/error.hpp"
 #include "model/blocks/decoder_layers.hpp"
 #include "model/blocks/linear.hpp"
@@ -16,6 +27,7 @@
 #include "model/blocks/self_attention.hpp"
 #include "model/load_balancing.hpp"
 #include "model/plugin.hpp"
+#include "experts.hpp"
 
 namespace superoffload::plugins::moe {
 namespace {
@@ -129,7 +141,6 @@ class Expert : public torch::nn::Module {
     up = register_module(mixtral ? "w3" : "up_proj", std::make_shared<Linear>(s.hidden, intermediate, false));
     down = register_module(mixtral ? "w2" : "down_proj", std::make_shared<Linear>(intermediate, s.hidden, false));
   }
-  at::Tensor forward(const at::Tensor& x) { return (*down)(at::silu((*gate)(x)) * (*up)(x)); }
   std::shared_ptr<Linear> gate, up, down;
 };
 
@@ -143,12 +154,9 @@ class FusedExperts : public torch::nn::Module {
     down_proj = register_parameter("down_proj", at::empty({e, i, h}));
     down_proj_bias = register_parameter("down_proj_bias", at::zeros({e, h}));
   }
-  at::Tensor forward(int64_t expert, const at::Tensor& x) {
-    const auto gate_up = at::addmm(gate_up_proj_bias[expert], x, gate_up_proj[expert]);
-    const auto gate = gate_up.slice(-1, 0, gate_up.size(-1), 2).clamp_max(limit_);
-    const auto up = gate_up.slice(-1, 1, gate_up.size(-1), 2).clamp(-limit_, limit_);
-    const auto glu = gate * at::sigmoid(gate * alpha_);
-    return at::addmm(down_proj_bias[expert], (up + 1) * glu, down_proj[expert]);
+  // The experts' current tensors (ZeRO-3 rebinds their data on every gather).
+  ClampedSwiglu tensors() const {
+    return {gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias, alpha_, limit_};
   }
   at::Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
 
@@ -199,25 +207,22 @@ class SparseMoe : public torch::nn::Module {
       context.router_statistics->push_back(model::router_statistics(logits, s_.top_k, s_.aux_loss_coef));
     }
 
-    // Group the (token, slot) pairs by expert; each expert sees only its own tokens.
-    const int64_t n_tokens = tokens.size(0);
-    const auto flat_expert = indices.reshape({-1});
-    const auto order = flat_expert.argsort(/*stable=*/true);
-    const auto token_of = at::arange(n_tokens, indices.options()).repeat_interleave(s_.top_k).index_select(0, order);
-    const auto weight_of = weights.reshape({-1}).index_select(0, order);
-    const auto counts = at::bincount(flat_expert, {}, s_.experts).to(at::kCPU);
-    const auto* count = counts.data_ptr<int64_t>();
-    auto out = at::zeros_like(tokens);
-    int64_t offset = 0;
-    for (int64_t e = 0; e < s_.experts; ++e) {
-      if (count[e] == 0) continue;
-      const auto routed = token_of.narrow(0, offset, count[e]);
-      const auto input = tokens.index_select(0, routed);
-      const auto y = fused ? fused->forward(e, input) : list->experts[static_cast<size_t>(e)]->forward(input);
-      out.index_add_(0, routed, y * weight_of.narrow(0, offset, count[e]).unsqueeze(1).to(y.scalar_type()));
-      offset += count[e];
+    const auto routed = route_pairs(indices, weights, s_.experts);
+    const auto input = tokens.index_select(0, routed.token);
+    const bool loop = per_expert_loop();
+    at::Tensor y;
+    if (fused) {
+      y = loop ? clamped_experts_loop(input, routed, fused->tensors()) : clamped_experts_grouped(input, routed, fused->tensors());
+    } else {
+      std::vector<at::Tensor> gate, up, down;
+      for (const auto& expert : list->experts) {
+        gate.push_back(expert->gate->weight);
+        up.push_back(expert->up->weight);
+        down.push_back(expert->down->weight);
+      }
+      y = loop ? swiglu_experts_loop(input, routed, gate, up, down) : swiglu_experts_grouped(input, routed, gate, up, down);
     }
-    return out.view(shape);
+    return combine_pairs(y, routed, s_.top_k).view(shape);
   }
 
   std::shared_ptr<Linear> router;
@@ -225,6 +230,12 @@ class SparseMoe : public torch::nn::Module {
   std::shared_ptr<FusedExperts> fused;
 
  private:
+  // SUPEROFFLOAD_MOE_EXPERTS=loop: the per-expert reference instead of the grouped products.
+  static bool per_expert_loop() {
+    const char* path = std::getenv("SUPEROFFLOAD_MOE_EXPERTS");
+    return path != nullptr && std::strcmp(path, "loop") == 0;
+  }
+
   Settings s_;
 };
 
