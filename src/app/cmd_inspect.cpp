@@ -15,6 +15,7 @@
 
 #include "app/commands.hpp"
 #include "base/error.hpp"
+#include "base/startup_timeline.hpp"
 #include "cluster/mpi_world.hpp"
 #include "io/checkpoint_files.hpp"
 #include "io/hdf5_file.hpp"
@@ -112,6 +113,28 @@ void print_eval_curve(const std::vector<double>& eval_step, const std::vector<do
     std::printf("    %8.0f  %10s  %10.4f  %s%s\n", eval_step[i], train, v, std::string(static_cast<size_t>(bar) + 1, '#').c_str(),
                 i == best ? "  <- lowest" : "");
   }
+}
+
+// The start-up timeline (/startup, written after step 1).
+void print_startup(const io::Hdf5File& file) {
+  if (!file.has("startup/seconds")) return;
+  const auto seconds = file.read_double("startup/seconds").values;
+  if (seconds.empty() || std::isnan(seconds.back())) {
+    std::printf("  start-up    not recorded (step 1 of this run has not ended)\n");
+    return;
+  }
+  const auto names = nlohmann::json::parse(file.dataset_attribute("startup/seconds", "phases"));
+  const auto slowest = file.read_double("startup/slowest_rank_seconds").values;
+  const auto rss = file.read_double("startup/rss_growth_bytes").values;
+  const auto bytes = file.read_double("startup/bytes_read").values;
+  std::vector<base::StartupPhase> phases;
+  std::vector<double> slowest_known;
+  for (size_t i = 0; i < seconds.size() && i < names.size(); ++i) {
+    if (std::isnan(seconds[i])) continue;  // a phase this run did not have
+    phases.push_back({names[i].get<std::string>(), {seconds[i], rss[i]}, bytes[i]});
+    slowest_known.push_back(slowest[i]);
+  }
+  std::printf("  %s", base::format_startup(phases, slowest_known).c_str());
 }
 
 // [profile] trace_steps: rank 0's summary in full, a line for each other rank.
@@ -222,6 +245,7 @@ void inspect_metrics(const fs::path& path) {
                 1000 * rank_mean[static_cast<size_t>(slowest)], 1000 * *std::min_element(rank_mean.begin(), rank_mean.end()));
   }
   print_trace(file);
+  print_startup(file);
 }
 
 void inspect_checkpoint(const fs::path& directory, const cluster::MpiWorld& world) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "app/commands.hpp"
+#include "base/startup_timeline.hpp"
 #include "base/error.hpp"
 #include "cluster/mpi_world.hpp"
 #include "cluster/stop_request.hpp"
@@ -26,12 +27,15 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
     const bool resume_requested = resume->count() > 0;
     if (resume_requested && options->resume.empty()) options->resume = "latest";
     run = [&globals, options, resume_requested](const cluster::MpiWorld& world) {
+      auto& timeline = base::StartupTimeline::instance();
+      timeline.mark("process and MPI start-up");
       cluster::install_stop_handlers();
       const auto loaded = load_config_or_exit(world, options->config, globals, world.size());
       const auto& cfg = loaded.config;
       // Before anything is written there: writable on every rank, and this job's alone.
       const train::RunDirectory run_directory(cfg.training.output_dir, world);
       log::add_rank_file(std::filesystem::path(cfg.training.output_dir) / "logs", world.rank());
+      timeline.mark("configuration and run directory");
       const auto binding = cluster::bind_ranks(world, cfg.runtime.bind == config::BindMode::none ? cluster::BindMode::none
                                                                                    : cluster::BindMode::automatic);
       // No CPU optimizer with [offload] device = "none": no core share to fall short of.
@@ -44,6 +48,7 @@ void add_train_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
         for (const auto& warning : report.warnings) SO_LOG(warning) << warning;
         for (const auto& line : resctrl) SO_LOG(info) << line;
       }
+      timeline.mark("binding");
       const auto summary = train::run_training(cfg, world, binding, report.table,
                                                resume_requested ? options->resume : std::string());
       // Preempted after a checkpoint: a distinct code the jobscripts answer with a requeue.

@@ -208,16 +208,26 @@ void Hdf5File::set_attribute(const std::string& name, const std::string& value) 
   write_string_attribute(file_.get(), name, value);
 }
 
-std::string Hdf5File::attribute(const std::string& name) const {
-  if (H5Aexists(file_.get(), name.c_str()) <= 0) return {};
-  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), "attribute " << name),
-                             H5Aclose);
+namespace {
+
+// A fixed-length string attribute of `object`; empty when there is none or it is not one.
+std::string string_attribute(hid_t object, const std::string& name) {
+  if (H5Aexists(object, name.c_str()) <= 0) return {};
+  const Hdf5Handle attribute(SO_CHECK_HDF5(H5Aopen(object, name.c_str(), H5P_DEFAULT), "attribute " << name), H5Aclose);
   const Hdf5Handle type(SO_CHECK_HDF5(H5Aget_type(attribute.get()), "type of attribute " << name), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return {};
   std::string value(H5Tget_size(type.get()), '\0');
   SO_CHECK_HDF5(H5Aread(attribute.get(), type.get(), value.data()), "reading attribute " << name);
   value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
   return value;
+}
+
+}  // namespace
+
+std::string Hdf5File::attribute(const std::string& name) const { return string_attribute(file_.get(), name); }
+
+std::string Hdf5File::dataset_attribute(const std::string& dataset, const std::string& name) const {
+  return string_attribute(open_dataset(dataset).get(), name);
 }
 
 uint64_t Hdf5File::create_contiguous(const std::string& dataset, hid_t file_type, uint64_t count) {

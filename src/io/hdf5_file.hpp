@@ -101,6 +101,8 @@ class Hdf5File {
   void set_attribute(const std::string& name, const std::string& value);
   // The string attribute `name` of the root group; empty when there is none.
   std::string attribute(const std::string& name) const;
+  // The string attribute `name` of a dataset; empty when there is none.
+  std::string dataset_attribute(const std::string& dataset, const std::string& name) const;
 
   // A 1-D dataset of `count` elements of `file_type` (H5T_IEEE_F32LE…) stored contiguously,
   // allocated now and never filled: the caller writes its bytes at the returned file offset

@@ -39,8 +39,8 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     auto checkpoint = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(directory));
     check_weights(*out.model, *checkpoint);  // every name, before any layer is read
     auto model = out.model;
-    out.materialize = [model, checkpoint, non_finite](size_t layer) {
-      load_layer_weights(*model, layer, *checkpoint, non_finite);
+    out.materialize = [model, checkpoint, non_finite, read = out.bytes_read](size_t layer) {
+      *read += static_cast<double>(load_layer_weights(*model, layer, *checkpoint, non_finite));
     };
     out.pretrained = true;
   }

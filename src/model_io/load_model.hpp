@@ -23,6 +23,8 @@ struct LoadedModel {
   // random initialisation). Until called, a layer's parameters are allocated but untouched,
   // so the operating system has not committed their memory.
   std::function<void(size_t)> materialize;
+  // The bytes of stored weights that materialize has read so far (0 for random initialisation).
+  std::shared_ptr<double> bytes_read = std::make_shared<double>(0.0);
 };
 
 // `plugin` is [model] plugin ("auto", a name or a .so path); `init` is [model] init; `seed` seeds random initialisation. With `defer`, no layer is

@@ -164,13 +164,19 @@ void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint) {
   }
 }
 
-void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint,
-                        NonFiniteWeights non_finite) {
+size_t load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint,
+                          NonFiniteWeights non_finite) {
   torch::NoGradGuard no_grad;
   const auto& layer = model.layers().at(layer_index);
+  size_t bytes = 0;
   for (auto& [name, parameter] : layer->hf_parameters()) {
     const auto stored = checkpoint_name(model, checkpoint, name);
     const bool mxfp4 = is_mxfp4(checkpoint, stored);
+    if (mxfp4) {
+      bytes += byte_tensor(checkpoint, stored + "_blocks").bytes + byte_tensor(checkpoint, stored + "_scales").bytes;
+    } else {
+      bytes += float_tensor(checkpoint, stored).bytes;
+    }
     const auto source = mxfp4 ? dequantize_mxfp4(byte_tensor(checkpoint, stored + "_blocks"),
                                                  byte_tensor(checkpoint, stored + "_scales"))
                               : as_tensor(float_tensor(checkpoint, stored));
@@ -194,6 +200,7 @@ void load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckpoi
       }
     }
   }
+  return bytes;
 }
 
 void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint, NonFiniteWeights non_finite) {

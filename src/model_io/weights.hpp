@@ -21,11 +21,12 @@ void check_weights(const CausalLM& model, SafetensorsCheckpoint& checkpoint);
 // What loading does with NaN or inf in a checkpoint's weights ([model] allow_non_finite_weights).
 enum class NonFiniteWeights { refuse, allow };
 
-// Copies one layer's parameters from `checkpoint` (read from the memory map, converted).
+// Copies one layer's parameters from `checkpoint` (read from the memory map, converted);
+// returns the bytes of the stored tensors it read.
 // Throws naming the first tensor that is not stored as a float type (MXFP4 blocks and scales:
 // U8), whose shape differs, or (unless allowed) that holds a non-finite value.
-void load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint,
-                        NonFiniteWeights non_finite = NonFiniteWeights::refuse);
+size_t load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint,
+                          NonFiniteWeights non_finite = NonFiniteWeights::refuse);
 // check_weights, then every layer.
 void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint,
                   NonFiniteWeights non_finite = NonFiniteWeights::refuse);

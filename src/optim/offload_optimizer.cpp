@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/startup_timeline.hpp"
 #include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
 #include "zero/trace_scope.hpp"
@@ -135,7 +136,8 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       (nvme ? 0 : state_bytes_per_element) + 4 + (shares_engine_memory_ || !bf16_ ? 0 : 2);
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
-  host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
+  base::add_cost(host_buffers_cost_,
+                 [&] { host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes); });
   if (nvme) {
     std::vector<uint64_t> regions;
     for (size_t i = on_device; i < groups_.size(); ++i) {

@@ -39,6 +39,7 @@
 #include "optim/cpu_adamw.hpp"
 #include "optim/host_memory.hpp"
 #include "optim/nvme_state.hpp"
+#include "base/startup_timeline.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/thread_pool.hpp"
 #include "zero/engine.hpp"
@@ -80,6 +81,9 @@ class OffloadOptimizer final : public Optimizer {
   // skips, steps the device share, uploads. Collective over the engine's ranks.
   StepOutcome finish_step() override;
   const OptimizerTimes& times() const override { return times_; }
+  std::vector<base::StartupPhase> setup_phases() const override {
+    return {{"host buffers and pinning", host_buffers_cost_}};
+  }
   std::vector<double> layer_seconds() const override { return layer_s_; }
   // Host fp32 copies (CPU sub-groups are not copied when the layer is one sub-group); import
   // also sets the device shard.
@@ -153,6 +157,7 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<std::vector<size_t>> groups_of_layer_;
   ThreadPool pool_;
   std::unique_ptr<HostMemory> host_memory_;
+  base::PhaseCost host_buffers_cost_;  // allocating (and pinning) host_memory_, for the start-up timeline
   mutable std::unique_ptr<NvmeStateFile> nvme_;  // read and written by const exports too
   bool master_is_shard_ = false;
   double lr_ = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/startup_timeline.hpp"
 #include "optim/shard_state.hpp"
 #include "optim/step_outcome.hpp"
 
@@ -51,6 +52,9 @@ class Optimizer {
   // Seconds the last step spent on each layer's state (host clock: on a GPU, the device
   // share's kernels are timed as launched); empty when the optimizer does not know.
   virtual std::vector<double> layer_seconds() const { return {}; }
+  // Parts of its construction the start-up timeline shows on their own (host buffers and
+  // pinning); the rest of it is the optimizer state's phase.
+  virtual std::vector<base::StartupPhase> setup_phases() const { return {}; }
 
   // One layer's state as host fp32 tensors (checkpoints); import also sets the engine's
   // shard from the master weights. Call between steps.

@@ -1,8 +1,7 @@
 // MetricsRecorder.
 #include "train/metrics_recorder.hpp"
 
-#include <sys/resource.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,11 +22,7 @@ namespace superoffload::train {
 
 namespace {
 
-double peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
-}
+using base::peak_rss_bytes;
 
 // A metrics.h5 column: its name and how a step record gives its value.
 struct Column {
@@ -174,8 +169,8 @@ std::vector<std::string> names(const Column (&columns)[N]) {
 
 MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
                                  const std::map<std::string, std::string>& attributes,
-                                 const std::vector<std::string>& layers)
-    : config_(config), world_(world) {
+                                 const std::vector<std::string>& layers, const std::vector<std::string>& startup_phases)
+    : config_(config), world_(world), startup_phases_(startup_phases) {
   if (config_.metrics.enabled && world_.rank() == 0) {
     // The profile's datasets exist from the start (SWMR creates nothing later), NaN until its step.
     std::vector<io::FixedDataset> fixed;
@@ -201,6 +196,15 @@ MetricsRecorder::MetricsRecorder(const config::Config& config, const cluster::Mp
       fixed.push_back({"profile/trace/ranks", {static_cast<hsize_t>(world_.size()), trace_figures({}).size()},
                        {{"dims", "rank, figure"}, {"figures", figures}, {"steps", config_.profile.trace_steps}}});
       fixed.push_back({"profile/trace/summaries", {}, {{"format", "JSON array, one summary per rank (UTF-8 bytes)"}}, true});
+    }
+    // The start-up timeline, NaN until step 1 (a run with no step left to train keeps NaN).
+    if (!startup_phases.empty()) {
+      const std::string names = nlohmann::json(startup_phases).dump();
+      const auto n = static_cast<hsize_t>(startup_phases.size());
+      fixed.push_back({"startup/seconds", {n}, {{"phases", names}, {"from", "the process's start to the end of step 1"}}});
+      fixed.push_back({"startup/slowest_rank_seconds", {n}, {{"phases", names}}});
+      fixed.push_back({"startup/rss_growth_bytes", {n}, {{"phases", names}, {"of", "the peak resident memory, rank 0"}}});
+      fixed.push_back({"startup/bytes_read", {n}, {{"phases", names}}});
     }
     file_ = std::make_unique<io::MetricsFile>(
         (std::filesystem::path(config_.training.output_dir) / "metrics.h5").string(), names(kTrainColumns), names(kRankColumns),
@@ -308,6 +312,27 @@ void MetricsRecorder::record_trace(const std::vector<nlohmann::json>& summaries)
   }
   file_->write_fixed("profile/trace/ranks", rows);
   file_->write_text("profile/trace/summaries", nlohmann::json(summaries).dump());
+  file_->flush();
+}
+
+void MetricsRecorder::record_startup(const std::vector<base::StartupPhase>& phases,
+                                     const std::vector<double>& slowest_rank_seconds) {
+  if (!file_ || startup_phases_.empty()) return;
+  std::vector<double> seconds, slowest, rss, bytes;
+  for (const auto& name : startup_phases_) {
+    // By name: the phases the file was made for (one that did not happen reads NaN).
+    const auto found = std::find_if(phases.begin(), phases.end(), [&](const base::StartupPhase& p) { return p.name == name; });
+    const bool known = found != phases.end();
+    const auto k = static_cast<size_t>(found - phases.begin());
+    seconds.push_back(known ? found->cost.seconds : std::nan(""));
+    slowest.push_back(known && k < slowest_rank_seconds.size() ? slowest_rank_seconds[k] : std::nan(""));
+    rss.push_back(known ? found->cost.rss_growth_bytes : std::nan(""));
+    bytes.push_back(known ? found->bytes : std::nan(""));
+  }
+  file_->write_fixed("startup/seconds", seconds);
+  file_->write_fixed("startup/slowest_rank_seconds", slowest);
+  file_->write_fixed("startup/rss_growth_bytes", rss);
+  file_->write_fixed("startup/bytes_read", bytes);
   file_->flush();
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/startup_timeline.hpp"
 #include "config/config.hpp"
 #include "optim/step_outcome.hpp"
 #include "train/layer_profile.hpp"
@@ -62,7 +63,8 @@ class MetricsRecorder {
   // Collective. `keep_through_step`: the step a resumed run starts from. `layers`: the
   // model's layer names (the /profile datasets of [profile] step).
   MetricsRecorder(const config::Config& config, const cluster::MpiWorld& world, int64_t keep_through_step,
-                  const std::map<std::string, std::string>& attributes, const std::vector<std::string>& layers);
+                  const std::map<std::string, std::string>& attributes, const std::vector<std::string>& layers,
+                  const std::vector<std::string>& startup_phases = {});
   ~MetricsRecorder();
   // Collective (a gather of per-rank times).
   void record(const StepRecord& record);
@@ -74,6 +76,9 @@ class MetricsRecorder {
   // Rank 0 writes the traced steps' summaries, one per rank (train/step_trace.hpp), to
   // /profile/trace: `ranks` [world, figures] and `summaries`, the JSON array as text.
   void record_trace(const std::vector<nlohmann::json>& summaries);
+  // Rank 0 writes the start-up timeline (base/startup_timeline.hpp) to /startup: per phase
+  // (the `phases` attribute) seconds, the slowest rank's seconds, peak-RSS growth and bytes read.
+  void record_startup(const std::vector<base::StartupPhase>& phases, const std::vector<double>& slowest_rank_seconds);
   // Rank 0 writes every row so far to disk: called at each checkpoint, so that a crash never
   // loses the metrics of steps a resume will not run again.
   void flush();
@@ -81,6 +86,7 @@ class MetricsRecorder {
  private:
   const config::Config& config_;
   const cluster::MpiWorld& world_;
+  std::vector<std::string> startup_phases_;
   std::unique_ptr<io::MetricsFile> file_;  // rank 0
   std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0, [metrics] tensorboard
   std::unique_ptr<io::CsvMonitor> csv_;                 // rank 0, [metrics] csv

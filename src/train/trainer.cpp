@@ -18,6 +18,7 @@
 
 #include "base/error.hpp"
 #include "base/logging.hpp"
+#include "base/startup_timeline.hpp"
 #include "base/timer.hpp"
 #include "cluster/check_mpi.hpp"
 #include "cluster/cpu_bf16.hpp"
@@ -318,6 +319,19 @@ void report_layer_profile(const config::Config& cfg, const cluster::MpiWorld& wo
   }
 }
 
+// The start-up timeline after step 1: rank 0's phases with the slowest rank's time of each, in
+// the log and metrics.h5. Collective.
+void report_startup(const cluster::MpiWorld& world, const base::StartupTimeline& timeline, MetricsRecorder& metrics) {
+  std::vector<double> seconds;
+  for (const auto& phase : timeline.phases()) seconds.push_back(phase.cost.seconds);
+  std::vector<double> slowest(seconds.size());
+  SO_CHECK_MPI(MPI_Allreduce(seconds.data(), slowest.data(), static_cast<int>(seconds.size()), MPI_DOUBLE, MPI_MAX,
+                             world.world()));
+  if (world.rank() != 0) return;
+  SO_LOG(info) << base::format_startup(timeline.phases(), slowest);
+  metrics.record_startup(timeline.phases(), slowest);
+}
+
 // [profile] trace_steps: every rank's summary gathered on rank 0, which logs its own in full
 // and a line per rank, and writes them all to metrics.h5. Collective.
 void report_trace(const cluster::MpiWorld& world, const StepTracer& tracer, const nlohmann::json& mine,
@@ -432,13 +446,16 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                        "for a CPU run set [precision] bf16 = false";
   }
 
-  // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics.
+  // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics; each a phase of the
+  // start-up timeline, reported after step 1.
+  auto& timeline = base::StartupTimeline::instance();
   process_baseline_bytes();  // measured now, before the run allocates: the plan's runtime share
   if (cfg.runtime.check_memory) {
     check_memory_fits(cfg, world, device);
   } else {
     check_model_buildable(cfg);
   }
+  timeline.mark("memory plan check");
   auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
                                   /*defer=*/true,
                                   cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow
@@ -451,9 +468,18 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
   }
   const auto shape = loaded.model->shape();
+  timeline.mark("model build");
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
-  zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device), loaded.materialize);
+  // The engine fills and partitions the model layer by layer: the filling (weights read, or
+  // random initialisation) is timed on its own.
+  base::PhaseCost filling;
+  zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device),
+                          [&filling, &loaded](size_t layer) { base::add_cost(filling, [&] { loaded.materialize(layer); }); });
+  timeline.mark("partitioning and communicator",
+                {{loaded.pretrained ? "weights read" : "random initialisation", filling,
+                  loaded.pretrained ? *loaded.bytes_read : std::nan("")}});
   const auto optimizer = make_optimizer(cfg, engine, binding);
+  timeline.mark("optimizer state", optimizer->setup_phases());
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
   // The optimizer's threads in a resctrl group of their own, the rest in another (or why not).
   CachePartition cache_partition(cfg.runtime, world, binding.cpus.cpus(), optimizer->thread_ids());
@@ -472,6 +498,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                                    t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
   if (t.bench_steps > 0) total_steps = std::min(total_steps, t.timing_warmup_steps + t.bench_steps);
+  timeline.mark("tokenizer and data");
   const LrSchedule schedule(cfg.lr_schedule, cfg.optimizer.lr, total_steps);
 
   const ThroughputInputs throughput{.active_parameters = static_cast<double>(shape.active_parameters),
@@ -510,8 +537,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   SO_CHECK(position.step <= total_steps, "the checkpoint is at step " << position.step << ", past the "
                                                                      << total_steps << " steps of this run"
                                                                      << hint("raise [training] max_steps to train further"));
+  timeline.mark(position.step > 0 ? "checkpoint resume" : "checkpoints");
+  std::vector<std::string> startup_phases;
+  for (const auto& phase : timeline.phases()) startup_phases.push_back(phase.name);
+  startup_phases.insert(startup_phases.end(), {"metrics", "first step"});
   MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table, device),
-                          layer_names(engine.layers()));
+                          layer_names(engine.layers()), startup_phases);
+  timeline.mark("metrics");
 
   // ---- The loop.
   TrainSummary summary;
@@ -573,6 +605,10 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
     const auto result = run_step(engine, *optimizer, batches, lr,
                                  {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
+    if (step == position.step) {
+      timeline.mark("first step");
+      report_startup(world, timeline, metrics);
+    }
     if (const auto traced = tracer.end_step(step + 1)) {
       watchdog.progress(step_name + "trace summary");
       report_trace(world, tracer, *traced, metrics);
