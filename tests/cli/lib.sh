@@ -26,3 +26,25 @@ train_tiny() {
   rc=$?
   ((rc < 128)) || fail "ended by signal $((rc - 128)): $log"
 }
+
+# on_device DEVICE: sets $device and $ranks for a test that runs on the CPU (2 ranks) or, under
+# the gpu label, on one GPU (1 rank); without a visible GPU the test is skipped (exit 0).
+on_device() {
+  device=$1 ranks=2
+  if [[ $device == cuda ]]; then
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || { echo "SKIPPED: no GPU visible (nvidia-smi -L lists none)"; exit 0; }
+    ranks=1
+  fi
+}
+
+# train_short OUTPUT_DIR [--set ...]: the tiny model on $tmp/corpus.jsonl, $ranks ranks of
+# $device, 4 steps of 2 micro-batches of 2 x 32 tokens, no checkpoint.
+train_short() {
+  local output=$1
+  shift
+  "$MPIEXEC" -np "$ranks" --oversubscribe "$SO_BIN" train configs/tiny.toml --set runtime.device="$device" \
+    --set data.path="$tmp/corpus.jsonl" \
+    --set data.seq_len=32 --set training.train_micro_batch_size_per_gpu=2 --set training.gradient_accumulation_steps=2 \
+    --set training.max_steps=4 --set training.output_dir="$output" --set checkpoint.every_steps=0 \
+    --set checkpoint.save_on_exit=false "$@"
+}

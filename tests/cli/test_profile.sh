@@ -7,24 +7,11 @@
 # phases are timed with CUDA events; skipped where no GPU is visible.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
-device=${SO_PROFILE_DEVICE:-cpu} ranks=2
-if [[ $device == cuda ]]; then
-  nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || { echo "SKIPPED: no GPU visible (nvidia-smi -L lists none)"; exit 0; }
-  ranks=1
-fi
+on_device "${SO_PROFILE_DEVICE:-cpu}"
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 30000 > /dev/null || fail "demo corpus"
-train() {  # train OUTPUT_DIR [args...]
-  local output=$1
-  shift
-  "$MPIEXEC" -np "$ranks" --oversubscribe "$SO_BIN" train configs/tiny.toml --set runtime.device="$device" \
-    --set data.path="$tmp/corpus.jsonl" \
-    --set data.seq_len=32 --set training.train_micro_batch_size_per_gpu=2 --set training.gradient_accumulation_steps=2 \
-    --set training.max_steps=4 --set training.output_dir="$output" --set checkpoint.every_steps=0 \
-    --set checkpoint.save_on_exit=false "$@"
-}
-train "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the profile: $(tail -20 "$tmp/plain.log")"
-train "$tmp/profiled" --set profile.step=3 --set profile.top_layers=3 --set profile.output_file="$tmp/profile.txt" \
+train_short "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the profile: $(tail -20 "$tmp/plain.log")"
+train_short "$tmp/profiled" --set profile.step=3 --set profile.top_layers=3 --set profile.output_file="$tmp/profile.txt" \
   > "$tmp/profiled.log" 2>&1 || fail "profiled run: $(tail -20 "$tmp/profiled.log")"
 log=$(cat "$tmp/profiled.log")
 ranks_text=$( ((ranks == 1)) && echo "1 rank" || echo "$ranks ranks")

@@ -9,31 +9,18 @@
 # kernels, copies and the allocator's counts; skipped where no GPU is visible.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
-device=${SO_TRACE_DEVICE:-cpu} ranks=2
-if [[ $device == cuda ]]; then
-  nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || { echo "SKIPPED: no GPU visible (nvidia-smi -L lists none)"; exit 0; }
-  ranks=1
-fi
+on_device "${SO_TRACE_DEVICE:-cpu}"
 
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 30000 > /dev/null || fail "demo corpus"
-train() {  # train OUTPUT_DIR [args...]
-  local output=$1
-  shift
-  "$MPIEXEC" -np "$ranks" --oversubscribe "$SO_BIN" train configs/tiny.toml --set runtime.device="$device" \
-    --set data.path="$tmp/corpus.jsonl" \
-    --set data.seq_len=32 --set training.train_micro_batch_size_per_gpu=2 --set training.gradient_accumulation_steps=2 \
-    --set training.max_steps=4 --set training.output_dir="$output" --set checkpoint.every_steps=0 \
-    --set checkpoint.save_on_exit=false "$@"
-}
 
 # A range that is not one is refused before anything runs, naming the key and the value.
 for bad in "3-2" "x"; do
-  out=$(train "$tmp/bad" --set profile.trace_steps="$bad" 2>&1) && fail "trace_steps = \"$bad\" was accepted: $out"
+  out=$(train_short "$tmp/bad" --set profile.trace_steps="$bad" 2>&1) && fail "trace_steps = \"$bad\" was accepted: $out"
   expect_contains "$out" "[profile] trace_steps = \"$bad\"" "the refusal of trace_steps = \"$bad\""
 done
 
-train "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the trace: $(tail -20 "$tmp/plain.log")"
-train "$tmp/traced" --set profile.trace_steps=2-3 > "$tmp/traced.log" 2>&1 ||
+train_short "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the trace: $(tail -20 "$tmp/plain.log")"
+train_short "$tmp/traced" --set profile.trace_steps=2-3 > "$tmp/traced.log" 2>&1 ||
   fail "traced run: $(tail -20 "$tmp/traced.log")"
 log=$(cat "$tmp/traced.log")
 expect_contains "$log" "trace of rank 0 in $tmp/traced/traces/rank_0.steps_2-3.pt.trace.json" "the logged summary"
