@@ -115,15 +115,16 @@ std::optional<nlohmann::json> StepTracer::end_step(int64_t step) {
   // The device's last kernels belong in the trace (outside every step's window).
   if (!device_.is_cpu()) c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
   const auto after = allocator_counts();
-  stop_and_save();
   nlohmann::json summary;
   try {
+    // A trace that cannot be written (a full disk) or summarised is no reason to end the run;
+    // the summary says what went wrong, on every rank alike (rank 0 gathers them next).
+    stop_and_save();
     std::ifstream in(trace_path());
     SO_CHECK(in, "cannot read " << trace_path().string() << " back");
     summary = summarize_trace(nlohmann::json::parse(in));
   } catch (const std::exception& e) {
-    // The trace is there to be read by hand; a summary that fails is no reason to end the run.
-    summary = {{"error", std::string("the trace could not be summarised: ") + e.what()}};
+    summary = {{"error", std::string("the trace could not be saved or summarised: ") + e.what()}};
   }
   if (!device_.is_cpu()) {
     nlohmann::json counts;
