@@ -28,9 +28,17 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
   const bool has_weights = SafetensorsCheckpoint::exists_in(directory);
   if (init == config::InitMode::random || (init == config::InitMode::automatic && !has_weights)) {
     auto model = out.model;
-    out.materialize = [model, seed](size_t layer) { model->init_layer_parameters(layer, seed); };
-    SO_LOG(info) << "parameters initialised randomly (initializer_range " << out.model->initializer_range() << ", seed "
-                 << seed << ")" << (defer ? ", layer by layer" : "");
+    // Said when it happens: a caller that defers and then fills the layers from a checkpoint
+    // (export, a resume) never initialises them randomly, and its log must not claim so.
+    auto said = std::make_shared<bool>(false);
+    out.materialize = [model, seed, defer, said](size_t layer) {
+      if (!*said) {
+        *said = true;
+        SO_LOG(info) << "parameters initialised randomly (initializer_range " << model->initializer_range() << ", seed "
+                     << seed << ")" << (defer ? ", layer by layer" : "");
+      }
+      model->init_layer_parameters(layer, seed);
+    };
   } else {
     SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\""
                                     << hint("point [model] path at the model's HuggingFace download (config.json, "

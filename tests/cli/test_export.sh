@@ -11,6 +11,8 @@ cd "$SO_SOURCE_DIR"
   --set training.max_steps=3 --set training.output_dir="$tmp/run" > "$tmp/train.log" 2>&1 \
   || fail "training: $(tail -20 "$tmp/train.log")"
 out=$("$SO_BIN" export "$tmp/run" --to "$tmp/hf" --dtype fp32 --max-shard-size 8MB 2>&1) || fail "export: $out"
+# The checkpoint fills the model: nothing is initialised randomly first, and the log says nothing of it.
+[[ $out != *"initialised randomly"* ]] || fail "export claims a random initialisation: $out"
 expect_contains "$out" "written by 2 rank(s)" "export log"
 [[ -f $tmp/hf/model.safetensors.index.json && -f $tmp/hf/tokenizer.json ]] || fail "export is not a sharded HF directory"
 
