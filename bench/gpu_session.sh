@@ -7,7 +7,8 @@
 #   trace        steps 3-4 traced with Kineto ([profile] trace_steps) in four runs: the 1.65B with the
 #                optimizer on the device (the on-device baseline), SuperOffload at 1.65B with clip 0
 #                and 1.0, and Llama-3.1-8B's shape with SuperOffload; each rank's summary (busy
-#                fraction, top kernels, gaps, copies, synchronisations, allocator) comes back in
+#                fraction, top kernels, gaps, copies, synchronisations, allocator) and start-up
+#                timeline come back in
 #                $OUT/trace/, the multi-MB traces stay on the machine
 #   tests        every CTest test labelled gpu (commands as CTest lists them)
 #   correctness  the tiny model's losses on the GPU against the CPU, reduce buckets of 20,000
@@ -541,7 +542,9 @@ part_trace() {
       --set data.path="$model/corpus.jsonl" --set data.seq_len="$run_seq" --set training.output_dir="$work/$name" "$@" \
       > "$work/$name.log" 2>&1
     local rc=$?
-    # The log from the trace's summary on: its block, and the steps after it.
+    # The start-up timeline (#52) and the trace's summary block, with the steps after it.
+    sed -n '/start-up: /,/^  all /p' "$work/$name.log" | cut -c1-200
+    sed -n '/start-up: /s/.*start-up: \([0-9.]*\) s.*/RESULT trace '"$name"': start-up to the end of step 1 \1 s/p' "$work/$name.log"
     sed -n '/trace of rank 0 in/,$p' "$work/$name.log" | cut -c1-400 | head -70
     grep -E "error|Error" "$work/$name.log" | head -5
     for f in "$work/$name"/traces/*.summary.json; do
