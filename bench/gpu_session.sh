@@ -7,9 +7,9 @@
 #   trace        steps 3-4 traced with Kineto ([profile] trace_steps) in four runs: the 1.65B with the
 #                optimizer on the device (the on-device baseline), SuperOffload at 1.65B with clip 0
 #                and 1.0, and Llama-3.1-8B's shape with SuperOffload; each rank's summary (busy
-#                fraction, top kernels, gaps, copies, synchronisations, allocator) and start-up
-#                timeline come back in
-#                $OUT/trace/, the multi-MB traces stay on the machine
+#                fraction, top kernels, gaps, copies, synchronisations, allocator) comes back in
+#                $OUT/trace/ (the multi-MB traces stay on the machine), each run's start-up
+#                timeline in trace.txt
 #   tests        every CTest test labelled gpu (commands as CTest lists them)
 #   correctness  the tiny model's losses on the GPU against the CPU, reduce buckets of 20,000
 #                elements (every layer in several chunks), fp32 and bf16, speculation always,
