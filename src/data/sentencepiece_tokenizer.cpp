@@ -14,8 +14,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   const auto status = processor_->Load(model_path);
   SO_CHECK(status.ok(), "cannot load the SentencePiece model " << model_path << ": " << status.ToString()
                                                                << hint("the file must be a SentencePiece .model (protobuf)"));
+  // The pieces HF's conversion of this model lists as special added tokens, which its
+  // tokenizer matches in text whole: the control pieces (<s>, </s>, …) and the unknown piece
+  // (<unk>). SentencePiece itself would cut "<unk>" written in a text into ordinary pieces.
   for (int id = 0; id < processor_->GetPieceSize(); ++id) {
-    if (processor_->IsControl(id) && !processor_->IdToPiece(id).empty()) {
+    if ((processor_->IsControl(id) || processor_->IsUnknown(id)) && !processor_->IdToPiece(id).empty()) {
       control_.emplace_back(processor_->IdToPiece(id), id);
     }
   }

@@ -53,6 +53,7 @@ TEXTS = [
     "code: if (x != nullptr && y->z[3] >= 0) { return std::max(a, b); }",
     "<|endoftext|>special tokens<|im_start|>user\nHi<|im_end|>\n<mask> masked <mask>  x",
     "<s>inline BOS and EOS</s> in text",
+    "an <unk> written in a text, and <unk><unk> twice",
     "",
     "   ",
     CORPUS,
@@ -209,12 +210,12 @@ def main():
             (directory / "tokenizer_config.json").write_text(json.dumps(
                 {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "add_eos_token": False}))
             sp = spm.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
-            # Special tokens written in the text are split out first (as HF does); the rest
-            # goes to SentencePiece.
+            # Special tokens written in the text are split out first (as HF's converted
+            # tokenizer does: <unk> too); the rest goes to SentencePiece.
             def encode(text):
                 ids, rest = [], text
                 while rest:
-                    cut = min([(rest.find(s), s) for s in ("<s>", "</s>") if s in rest], default=None)
+                    cut = min([(rest.find(s), s) for s in ("<s>", "</s>", "<unk>") if s in rest], default=None)
                     if cut is None:
                         ids += sp.encode(rest)
                         break
