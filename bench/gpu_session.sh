@@ -25,6 +25,9 @@
 #   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
+#   moe          bench_moe_layer on the GPU in bf16 (#49): one MoE layer's experts at Qwen3-30B-A3B's
+#                and GPT-OSS-20B's shapes, 4,096 and 16,384 tokens, grouped against the per-expert
+#                loop and a dense product of the same FLOPs (goals: 0.6 of dense, 3x the loop)
 #   deepspeed    bench/deepspeed_compare/compare.sh at 1.65B, clipping 0 and 1.0, with DeepSpeed
 #                from the wheels carried in .gpu/wheels (bench/gpu_bundle.sh makes them); not in
 #                the default order (DeepSpeed compiles its CPU Adam first): a call of its own,
@@ -46,7 +49,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
 wheels_dir=$here/.gpu/wheels
-parts=env,trace,tests,correctness,memory,baseline,moonshot,speed,link,profile,deepspeed
+parts=env,trace,tests,correctness,memory,baseline,moonshot,speed,link,profile,moe,deepspeed
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
@@ -127,6 +130,7 @@ if ((dry)); then
   deepspeed    pip install --no-index --target /tmp/... .gpu/wheels/*.whl; bench/deepspeed_compare/compare.sh --clip both
                --hidden 2560 --layers 24 --python <machine python with those wheels> (SO_SESSION_DEEPSPEED_CLIP/ARGS)
   link         python3: pinned and pageable copies of 2 GiB each way; cudaHostRegister of 8 GiB
+  moe          build/bin/bench_moe_layer --device cuda --dtype bf16 --tokens 4096,16384 --rounds 3
   profile      superoffload train (1.65B, seq 2048 x 4) --set profile.step=3: per layer and phase, CUDA events
 EOF
   ((bad)) && { echo "gpu_session.sh --dry-run: inputs missing (above)" >&2; exit 1; }
@@ -581,6 +585,17 @@ PY
   return $status
 }
 
+# The MoE layer's experts on the GPU (#49): grouped products against the per-expert loop and a
+# dense product of the same active FLOPs, bf16.
+part_moe() {
+  within "$(($(part_left) - 5))" "$built_root/build/bin/bench_moe_layer" --device "$gpu" --dtype bf16 \
+    --tokens "${SO_SESSION_MOE_TOKENS:-4096,16384}" --rounds 3 --shapes "${SO_SESSION_MOE_SHAPES:-qwen3,gpt-oss}" |
+    tee /tmp/so-moe.log
+  local rc=${PIPESTATUS[0]}
+  sed -n 's/^summary: /RESULT moe /p' /tmp/so-moe.log
+  return "$rc"
+}
+
 # DeepSpeed 0.19 (ZeRO-3 + super_offload, and its ZeRO-Offload mode) against ours on the speed
 # part's model, from the wheels that bench/gpu_bundle.sh put in .gpu/wheels (installed into
 # /tmp, never into the machine's Python). Its CPU Adam is compiled on first use (about a minute).
@@ -623,7 +638,7 @@ elif ((quick)); then
   run_part trace 120; run_part tests 100; run_part correctness 40
 else
   # The first call: traces first, then the GPU tests; what time is left goes to the rest.
-  run_part trace 300; run_part tests 150; run_part correctness 100; run_part memory 150; run_part moonshot 200
-  run_part profile 60; run_part speed 200
+  run_part trace 300; run_part tests 150; run_part moe 60; run_part correctness 100; run_part memory 150
+  run_part moonshot 200; run_part profile 60; run_part speed 200
 fi
 note "session: $((SECONDS - start)) s"

@@ -1,8 +1,6 @@
 // route_pairs, combine_pairs and the experts of each family, grouped and looped.
 #include "experts.hpp"
 
-#include <functional>
-
 #include "grouped_gemm.hpp"
 
 namespace superoffload::plugins::moe {

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
