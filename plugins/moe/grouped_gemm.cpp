@@ -19,9 +19,10 @@ using torch::autograd::variable_list;
 
 // Per device type and dtype: LibTorch's grouped kernel refused these operands once; from then
 // on they go the per-group way without asking again (and without a second warning).
-std::atomic<uint64_t> g_refused{0};
-uint64_t refusal_bit(const at::Tensor& t) {
-  return uint64_t{1} << ((static_cast<int>(t.device().type()) * 7 + static_cast<int>(t.scalar_type())) % 64);
+std::atomic<bool> g_refused[static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)]
+                           [static_cast<size_t>(c10::ScalarType::NumOptions)];
+std::atomic<bool>& refused(const at::Tensor& t) {
+  return g_refused[static_cast<size_t>(t.device().type())][static_cast<size_t>(t.scalar_type())];
 }
 
 // How the CPU multiplies the groups (bench/bench_moe_layer measures both): "library" is
@@ -33,7 +34,7 @@ Kernel kernel_for(const at::Tensor& a) {
     if (std::strcmp(forced, "loop") == 0) return Kernel::loop;
     if (std::strcmp(forced, "library") == 0) return Kernel::library;
   }
-  if ((g_refused.load(std::memory_order_relaxed) & refusal_bit(a)) != 0) return Kernel::loop;
+  if (refused(a).load(std::memory_order_relaxed)) return Kernel::loop;
   return a.is_cpu() ? Kernel::loop : Kernel::library;
 }
 
@@ -161,8 +162,7 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   try {
     return at::_grouped_mm(a, b, ends);
   } catch (const c10::Error& e) {
-    const uint64_t bit = refusal_bit(a);
-    if ((g_refused.fetch_or(bit) & bit) == 0) {
+    if (!refused(a).exchange(true)) {
       std::fprintf(stderr, "moe plugin: at::_grouped_mm refused %s %s operands (%s); their experts are multiplied "
                    "one group at a time, with one read of the group ends per product\n",
                    c10::DeviceTypeName(a.device().type()).c_str(), c10::toString(a.scalar_type()),

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -157,12 +156,7 @@ void print_trace(const io::Hdf5File& file) {
   } else {
     std::printf("%s", train::format_trace_summary(mine).c_str());
   }
-  for (size_t r = 1; r < summaries.size(); ++r) {
-    std::map<std::string, double> f;
-    for (const auto& [name, value] : train::trace_figures(summaries[r])) f[name] = value;
-    std::printf("  rank %-4zu   busy %.1f%%, %.0f gaps (%.1f ms), %.1f synchronising calls per step\n", r,
-                100 * f["busy_fraction"], f["gaps"], 1000 * f["gap_seconds"], f["syncs_per_step"]);
-  }
+  for (size_t r = 1; r < summaries.size(); ++r) std::printf("%s", train::format_trace_rank_line(r, summaries[r]).c_str());
 }
 
 void inspect_metrics(const fs::path& path) {

@@ -557,6 +557,15 @@ std::vector<std::pair<std::string, double>> trace_figures(const json& s) {
           {"device_frees", allocator("device_frees")}};
 }
 
+std::string format_trace_rank_line(size_t rank, const json& summary) {
+  std::map<std::string, double> f;
+  for (const auto& [name, value] : trace_figures(summary)) f[name] = value;
+  char line[192];
+  std::snprintf(line, sizeof line, "  rank %-4zu busy %.1f%%, %.0f gaps (%.1f ms), %.1f synchronising calls per step\n",
+                rank, 100 * f["busy_fraction"], f["gaps"], 1000 * f["gap_seconds"], f["syncs_per_step"]);
+  return line;
+}
+
 std::string format_trace_summary(const json& s, size_t kernels, size_t gaps, size_t sync_sources) {
   std::string out;
   char line[768];

@@ -45,6 +45,9 @@ nlohmann::json summarize_trace(const nlohmann::json& trace, const TraceSummaryOp
 // the allocator on a CPU): a row of metrics.h5 /profile/trace/ranks, and rank 0's per-rank log.
 std::vector<std::pair<std::string, double>> trace_figures(const nlohmann::json& summary);
 
+// One rank's line beside rank 0's full summary: busy fraction, gaps, synchronisations per step.
+std::string format_trace_rank_line(size_t rank, const nlohmann::json& summary);
+
 // The text printed in the log and by `inspect`; `gaps` and `kernels` rows at most.
 std::string format_trace_summary(const nlohmann::json& summary, size_t kernels = 10, size_t gaps = 10,
                                  size_t sync_sources = 10);

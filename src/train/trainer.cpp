@@ -349,15 +349,8 @@ void report_trace(const cluster::MpiWorld& world, const StepTracer& tracer, cons
     log << format_trace_summary(mine);
   }
   if (summaries.size() > 1) {
-    log << "  per rank:  busy  gaps (ms)  syncs/step\n";
-    for (size_t r = 0; r < summaries.size(); ++r) {
-      std::map<std::string, double> f;
-      for (const auto& [name, value] : trace_figures(summaries[r])) f[name] = value;
-      char line[160];
-      std::snprintf(line, sizeof line, "  %8zu  %5.1f%%  %4.0f (%.1f)  %.1f\n", r, 100 * f["busy_fraction"], f["gaps"],
-                    1000 * f["gap_seconds"], f["syncs_per_step"]);
-      log << line;
-    }
+    log << "  per rank:\n";
+    for (size_t r = 0; r < summaries.size(); ++r) log << format_trace_rank_line(r, summaries[r]);
   }
   SO_LOG(info) << log.str();
 }
