@@ -82,7 +82,8 @@ std::optional<DeviceRefusal> refuse_device_memory(const ModelSize& model, const 
                                                   const std::string& device, double free_bytes, double total_bytes);
 
 // What this process holds resident the first time it is asked (before a run allocates): the
-// program and its libraries. Measured once, from /proc/self/statm.
+// program and its libraries, after a first use of LibTorch's host kernels (their lazy set-up
+// stays resident). Measured once, from /proc/self/statm.
 double process_baseline_bytes();
 // The CUDA runtime's host memory per GPU rank (context, pinned staging, the libraries' data):
 // an estimate, not yet measured on a GPU node.
