@@ -1,10 +1,8 @@
-// Normalizer and pre-tokenizer stages of tokenizer.json.
+// Pre-tokenizer stages of tokenizer.json.
 #include "data/pre_tokenizer.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#include <unicode/normalizer2.h>
-#include <unicode/unistr.h>
 
 #include <array>
 #include <nlohmann/json.hpp>
@@ -86,50 +84,6 @@ std::string unicode_to_bytes(std::string_view text) {
   return out;
 }
 
-// ---- normalizer ------------------------------------------------------------------------------
-
-Normalizer::Normalizer(const nlohmann::json& spec, const std::string& source) {
-  if (spec.is_null()) return;
-  const auto type = spec.value("type", std::string());
-  if (type == "NFC") {
-    nfc_ = true;
-  } else if (type == "Sequence") {
-    for (const auto& part : spec.at("normalizers")) {
-      const Normalizer inner(part, source);
-      nfc_ = nfc_ || inner.nfc_;
-    }
-  } else {
-    SO_FAIL(source << ": normalizer \"" << type << "\" is not supported (supported: none, NFC)"
-                   << hint("byte-level BPE tokenizers (GPT-2, Llama 3, Qwen) use none or NFC; for SentencePiece "
-                           "models, keep tokenizer.model in the directory and remove tokenizer.json"));
-  }
-}
-
-std::string Normalizer::apply(std::string_view text) const {
-  if (!nfc_) return std::string(text);
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-  SO_CHECK(U_SUCCESS(status), "ICU's NFC normalizer is unavailable: " << u_errorName(status));
-  const auto input = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-  if (nfc->isNormalized(input, status) && U_SUCCESS(status)) return std::string(text);
-  status = U_ZERO_ERROR;
-  const auto normalized = nfc->normalize(input, status);
-  SO_CHECK(U_SUCCESS(status), "NFC normalization failed: " << u_errorName(status));
-  std::string out;
-  normalized.toUTF8String(out);
-  return out;
-}
-
-bool Normalizer::is_normalized(std::string_view text) const {
-  if (!nfc_) return true;
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-  SO_CHECK(U_SUCCESS(status), "ICU's NFC normalizer is unavailable: " << u_errorName(status));
-  const auto input = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-  const bool normalized = nfc->isNormalized(input, status);
-  return U_SUCCESS(status) && normalized;
-}
-
 // ---- pre-tokenizer stages --------------------------------------------------------------------
 
 namespace {
@@ -157,7 +111,7 @@ class RegexSplit final : public PreTokenizerStage {
   RegexSplit(const RegexSplit&) = delete;
   RegexSplit& operator=(const RegexSplit&) = delete;
 
-  void split(std::string_view piece, std::vector<std::string>& out) const override {
+  void split(std::string_view piece, bool /*at_start*/, std::vector<std::string>& out) const override {
     struct Segment {
       size_t begin, end;
       bool match;
@@ -248,12 +202,12 @@ class ByteLevel final : public PreTokenizerStage {
   ByteLevel(bool add_prefix_space, bool use_regex, const std::string& source) : add_prefix_space_(add_prefix_space) {
     if (use_regex) regex_ = std::make_unique<RegexSplit>(kGpt2Pattern, false, Behavior::isolated, false, source);
   }
-  void split(std::string_view piece, std::vector<std::string>& out) const override {
+  void split(std::string_view piece, bool /*at_start*/, std::vector<std::string>& out) const override {
     std::string text(piece);
     if (add_prefix_space_ && !text.empty() && text[0] != ' ') text.insert(text.begin(), ' ');
     std::vector<std::string> parts;
     if (regex_) {
-      regex_->split(text, parts);
+      regex_->split(text, false, parts);
     } else {
       parts.push_back(std::move(text));
     }
@@ -269,6 +223,55 @@ class ByteLevel final : public PreTokenizerStage {
   bool add_prefix_space_;
   std::unique_ptr<RegexSplit> regex_;
 };
+
+// SentencePiece's whitespace: spaces become `replacement` ("▁"), which is prepended per
+// prepend_scheme ("always", "first": only where the text begins, "never"); with split, each
+// "▁" starts a new piece (HF: Metaspace, MergedWithNext).
+class Metaspace final : public PreTokenizerStage {
+ public:
+  enum class Prepend { always, first, never };
+  Metaspace(std::string replacement, Prepend prepend, bool split)
+      : replacement_(std::move(replacement)), prepend_(prepend), split_(split) {}
+  void split(std::string_view piece, bool at_start, std::vector<std::string>& out) const override {
+    std::string text;
+    text.reserve(piece.size() + 8);
+    for (const char c : piece) {
+      if (c == ' ') {
+        text += replacement_;
+      } else {
+        text += c;
+      }
+    }
+    const bool prepend = prepend_ == Prepend::always || (prepend_ == Prepend::first && at_start);
+    if (prepend && text.compare(0, replacement_.size(), replacement_) != 0) text.insert(0, replacement_);
+    if (!split_) {
+      out.push_back(std::move(text));
+      return;
+    }
+    size_t begin = 0;
+    for (size_t at = text.find(replacement_, 1); at != std::string::npos; at = text.find(replacement_, at + 1)) {
+      if (at > begin) out.push_back(text.substr(begin, at - begin));
+      begin = at;
+    }
+    if (begin < text.size()) out.push_back(text.substr(begin));
+  }
+
+ private:
+  std::string replacement_;
+  Prepend prepend_;
+  bool split_;
+};
+
+Metaspace::Prepend parse_prepend_scheme(const nlohmann::json& spec, const std::string& source) {
+  if (!spec.contains("prepend_scheme")) {  // files before tokenizers 0.14: add_prefix_space
+    return spec.value("add_prefix_space", true) ? Metaspace::Prepend::always : Metaspace::Prepend::never;
+  }
+  const auto scheme = spec.at("prepend_scheme").get<std::string>();
+  if (scheme == "always") return Metaspace::Prepend::always;
+  if (scheme == "first") return Metaspace::Prepend::first;
+  if (scheme == "never") return Metaspace::Prepend::never;
+  SO_FAIL(source << ": Metaspace prepend_scheme \"" << scheme << "\" is not one of always, first, never");
+}
 
 Behavior parse_behavior(const std::string& name, const std::string& source) {
   if (name == "Isolated") return Behavior::isolated;
@@ -298,31 +301,39 @@ void add_stages(const nlohmann::json& spec, const std::string& source,
     // HF splits on char::is_numeric: each numeral alone, or runs of them.
     stages.push_back(std::make_unique<RegexSplit>(spec.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)",
                                                   false, Behavior::isolated, false, source));
+  } else if (type == "Metaspace") {
+    stages.push_back(std::make_unique<Metaspace>(spec.value("replacement", std::string("\u2581")),
+                                                 parse_prepend_scheme(spec, source), spec.value("split", true)));
+  } else if (type == "Whitespace") {  // HF: the matches of \w+|[^\w\s]+ are the pieces
+    stages.push_back(std::make_unique<RegexSplit>(R"(\w+|[^\w\s]+)", false, Behavior::removed, true, source));
+  } else if (type == "WhitespaceSplit") {  // HF: cut at char::is_whitespace, which is dropped
+    stages.push_back(std::make_unique<RegexSplit>(R"([\s\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]+)",
+                                                  false, Behavior::removed, false, source));
+  } else if (type == "Punctuation") {  // HF: ASCII punctuation or a Unicode P* character, one by one
+    stages.push_back(std::make_unique<RegexSplit>(R"([\p{P}\x{21}-\x{2f}\x{3a}-\x{40}\x{5b}-\x{60}\x{7b}-\x{7e}])",
+                                                  false, parse_behavior(spec.value("behavior", "Isolated"), source),
+                                                  false, source));
   } else {
-    SO_FAIL(source << ": pre-tokenizer \"" << type << "\" is not supported (supported: ByteLevel, Split, Digits, Sequence)"
-                   << hint("byte-level BPE tokenizers (GPT-2, Llama 3, Qwen) use these; for SentencePiece models keep "
-                           "tokenizer.model in the directory and remove tokenizer.json"));
+    SO_FAIL(source << ": pre-tokenizer \"" << type
+                   << "\" is not supported (supported: ByteLevel, Split, Digits, Metaspace, Whitespace, WhitespaceSplit, "
+                      "Punctuation, Sequence)");
   }
 }
 
 }  // namespace
 
 PreTokenizer::PreTokenizer(const nlohmann::json& spec, const std::string& source) {
-  bool byte_level = false;
-  SO_CHECK(!spec.is_null(), source << ": a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer, and this one has none");
-  add_stages(spec, source, stages_, byte_level);
-  SO_CHECK(byte_level, source << ": the pre-tokenizer has no ByteLevel stage; only byte-level BPE is supported from "
-                              << "tokenizer.json" << hint("for SentencePiece models keep tokenizer.model in the directory"));
+  if (!spec.is_null()) add_stages(spec, source, stages_, byte_level_);
 }
 
 PreTokenizer::~PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 
-std::vector<std::string> PreTokenizer::apply(std::string_view text) const {
+std::vector<std::string> PreTokenizer::apply(std::string_view text, bool at_start) const {
   std::vector<std::string> pieces{std::string(text)}, next;
   for (const auto& stage : stages_) {
     next.clear();
-    for (const auto& piece : pieces) stage->split(piece, next);
+    for (size_t i = 0; i < pieces.size(); ++i) stage->split(pieces[i], at_start && i == 0, next);
     pieces.swap(next);
   }
   return pieces;

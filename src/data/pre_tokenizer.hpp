@@ -1,7 +1,8 @@
-// The text-splitting stages of a HuggingFace tokenizer.json, before the BPE model: the
-// normalizer (none or NFC) and the pre-tokenizer (ByteLevel, Split on a regex or string,
-// Digits, or a Sequence of them). Regexes run on PCRE2 in UTF + Unicode-property mode, which
-// handles the \p{L}/\p{N} classes and look-aheads of the GPT-2, Llama 3 and Qwen patterns.
+// The pre-tokenizer of a HuggingFace tokenizer.json: how the normalized text is cut into the
+// pieces the model encodes one by one (ByteLevel, Split on a regex or string, Digits,
+// Metaspace, Whitespace, WhitespaceSplit, Punctuation, or a Sequence of them). Regexes run on
+// PCRE2 in UTF + Unicode-property mode, which handles the \p{L}/\p{N} classes and
+// look-aheads of the GPT-2, Llama 3 and Qwen patterns.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -13,37 +14,29 @@
 
 namespace superoffload::data {
 
-class Normalizer {
- public:
-  // `spec` is tokenizer.json's "normalizer" (null, {"type": "NFC"}, or a Sequence of NFC).
-  // Throws naming `source` for a normalizer this build does not implement.
-  Normalizer(const nlohmann::json& spec, const std::string& source);
-  std::string apply(std::string_view text) const;
-  // Whether apply() would return `text` unchanged.
-  bool is_normalized(std::string_view text) const;
-
- private:
-  bool nfc_ = false;
-};
-
 // One stage of pre-tokenization: splits each piece into smaller pieces.
 class PreTokenizerStage {
  public:
   virtual ~PreTokenizerStage() = default;
-  virtual void split(std::string_view piece, std::vector<std::string>& out) const = 0;
+  // `at_start`: the piece begins the text (not after an added token), which Metaspace's
+  // prepend_scheme "first" asks.
+  virtual void split(std::string_view piece, bool at_start, std::vector<std::string>& out) const = 0;
 };
 
 class PreTokenizer {
  public:
-  // `spec` is tokenizer.json's "pre_tokenizer". The last stage must map bytes to the
-  // byte-level alphabet (ByteLevel); pieces come out in that alphabet.
+  // `spec` is tokenizer.json's "pre_tokenizer" (null: the text is one piece). ByteLevel, if
+  // there, must be the last stage; pieces then come out in the byte-level alphabet.
   PreTokenizer(const nlohmann::json& spec, const std::string& source);
   ~PreTokenizer();
   PreTokenizer(PreTokenizer&&) noexcept;
-  std::vector<std::string> apply(std::string_view text) const;
+  // `at_start`: `text` begins the whole text (no added token before it).
+  std::vector<std::string> apply(std::string_view text, bool at_start = true) const;
+  bool byte_level() const { return byte_level_; }
 
  private:
   std::vector<std::unique_ptr<PreTokenizerStage>> stages_;
+  bool byte_level_ = false;
 };
 
 // GPT-2's byte-to-unicode alphabet: every byte maps to one printable code point, so byte

@@ -24,7 +24,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;
   std::optional<int32_t> token_id(std::string_view token) const override;
-  std::string kind() const override { return "SentencePiece (tokenizer.model)"; }
+  std::string kind() const override { return "SentencePiece (" + path_ + ")"; }
 
   // The model's own special ids (-1 where the model has none).
   int32_t model_bos() const;

@@ -3,12 +3,13 @@
 #include "data/tokenizer.hpp"
 
 #include <cstdint>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "data/byte_level_bpe.hpp"
+#include "data/json_tokenizer.hpp"
 #include "data/sentencepiece_tokenizer.hpp"
 
 namespace superoffload::data {
@@ -69,6 +70,38 @@ bool is_byte_level(const nlohmann::json& tokenizer) {
   return tokenizer.value("pre_tokenizer", nlohmann::json()).dump().find("\"ByteLevel\"") != std::string::npos;
 }
 
+// What a tokenizer file holds, by its content: tokenizer.json is a JSON object; a SentencePiece
+// model is a protobuf, whose first byte is the tag of field 1 (pieces, length-delimited: 0x0A).
+enum class TokenizerFile { json, sentencepiece, other };
+
+TokenizerFile sniff(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  SO_CHECK(in, "cannot open the tokenizer file " << path.string());
+  char c = 0;
+  while (in.get(c) && (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\xEF' || c == '\xBB' || c == '\xBF')) {
+  }
+  if (!in) return TokenizerFile::other;
+  if (c == '{') return TokenizerFile::json;
+  if (c == '\x0A') return TokenizerFile::sentencepiece;
+  return TokenizerFile::other;
+}
+
+// A directory's SentencePiece model: tokenizer.model, else a tokenizer.model.* (Mistral's
+// tokenizer.model.v3), else none.
+fs::path sentencepiece_in(const fs::path& dir) {
+  if (fs::exists(dir / "tokenizer.model")) return dir / "tokenizer.model";
+  std::vector<fs::path> found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.rfind("tokenizer.model.", 0) == 0) found.push_back(entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  for (const auto& path : found) {
+    if (sniff(path) == TokenizerFile::sentencepiece) return path;
+  }
+  return {};
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
@@ -77,27 +110,36 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
                                                 << hint("set [data] tokenizer, or put the tokenizer files in the model "
                                                         "directory ([model] path)"));
   const fs::path dir = fs::is_directory(given) ? given : given.parent_path();
-  fs::path json_file = dir / "tokenizer.json", model_file = dir / "tokenizer.model";
-  if (!fs::is_directory(given)) {
-    json_file = given.extension() == ".json" ? given : fs::path();
-    model_file = given.extension() == ".model" ? given : fs::path();
-    SO_CHECK(!json_file.empty() || !model_file.empty(),
-             path << " is neither a tokenizer.json nor a SentencePiece .model file");
+  fs::path json_file, model_file;
+  if (fs::is_directory(given)) {
+    if (fs::exists(dir / "tokenizer.json")) json_file = dir / "tokenizer.json";
+    model_file = sentencepiece_in(dir);
+  } else {
+    // A file is taken by what it holds, whatever its name.
+    switch (sniff(given)) {
+      case TokenizerFile::json: json_file = given; break;
+      case TokenizerFile::sentencepiece: model_file = given; break;
+      case TokenizerFile::other:
+        SO_FAIL(path << " is neither a HF tokenizer.json (a JSON object) nor a SentencePiece model (a protobuf)"
+                     << hint("point [data] tokenizer at the base model's tokenizer.json or tokenizer.model, or at "
+                             "its directory"));
+    }
   }
 
   std::unique_ptr<Tokenizer> tokenizer;
   SentencePieceTokenizer* sentencepiece = nullptr;
   std::optional<nlohmann::json> json;
-  if (!json_file.empty() && fs::exists(json_file)) json = read_json(json_file);
+  if (!json_file.empty()) json = read_json(json_file);
   // A Llama 2 / Mistral directory holds both; its tokenizer.json is a SentencePiece-style BPE
-  // converted from tokenizer.model, which is the original and is used instead.
-  if (json && (is_byte_level(*json) || model_file.empty() || !fs::exists(model_file))) {
+  // converted from tokenizer.model, which is the original and is kept (trainer and prepare log
+  // which file is used). Without tokenizer.model the tokenizer.json is read on its own.
+  if (json && (is_byte_level(*json) || model_file.empty())) {
     try {
-      tokenizer = std::make_unique<ByteLevelBpe>(*json, json_file.string());
+      tokenizer = std::make_unique<JsonTokenizer>(*json, json_file.string());
     } catch (const nlohmann::json::exception& e) {
       SO_FAIL(json_file.string() << " is not a valid HF tokenizer file: " << e.what());
     }
-  } else if (!model_file.empty() && fs::exists(model_file)) {
+  } else if (!model_file.empty()) {
     auto sp = std::make_unique<SentencePieceTokenizer>(model_file.string());
     sentencepiece = sp.get();
     tokenizer = std::move(sp);

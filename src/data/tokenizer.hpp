@@ -32,7 +32,7 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // The id of a token string, if it is in the vocabulary (for special-token names).
   virtual std::optional<int32_t> token_id(std::string_view token) const = 0;
-  virtual std::string kind() const = 0;  // for logs: "byte-level BPE (tokenizer.json)", ...
+  virtual std::string kind() const = 0;  // for logs: "byte-level BPE (<path>)", ...
 
   // encode_text's ids with the byte range [begin, end) of `text` each came from (HF's offset
   // mapping), or nothing where this tokenizer cannot say exactly (a normalizer that changed the
@@ -58,9 +58,11 @@ class Tokenizer {
   SpecialTokens special_;
 };
 
-// Loads the tokenizer of a HuggingFace model directory (or a tokenizer file):
-//   tokenizer.json with a byte-level BPE model  -> ByteLevelBpe (GPT-2, Llama 3, Qwen 2/3, ...)
-//   tokenizer.model (SentencePiece)              -> SentencePieceTokenizer (Llama 2, Mistral 7B)
+// Loads the tokenizer of a HuggingFace model directory (or a tokenizer file, recognised by its
+// content, not its name):
+//   tokenizer.json (BPE or Unigram)     -> JsonTokenizer (GPT-2, Llama 3, Qwen 2/3, T5-style, ...)
+//   tokenizer.model[.*] (SentencePiece) -> SentencePieceTokenizer (Llama 2, Mistral 7B)
+// A directory with both keeps tokenizer.model unless tokenizer.json is byte-level.
 // Special tokens come from tokenizer.json's post-processor, tokenizer_config.json
 // (bos/eos/pad_token, add_bos_token/add_eos_token) and config.json (bos/eos/pad_token_id).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
