@@ -2,6 +2,9 @@
 #include "data/json_tokenizer.hpp"
 
 #include <algorithm>
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
@@ -10,7 +13,32 @@ namespace superoffload::data {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (c & 0x80); }
+
+// HF's word character for single_word: Rust's char::is_alphanumeric (Alphabetic or a number) or '_'.
+bool is_word_code_point(UChar32 c) {
+  if (c == '_' || u_hasBinaryProperty(c, UCHAR_ALPHABETIC)) return true;
+  const auto type = u_charType(c);
+  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+}
+
+// Whether the character that ends text[0, end) / starts text[begin, ...) is a word character.
+bool word_before(std::string_view text, size_t end) {
+  if (end == 0) return false;
+  size_t begin = end - 1;
+  while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+  int32_t at = static_cast<int32_t>(begin);
+  UChar32 c = 0;
+  U8_NEXT(reinterpret_cast<const uint8_t*>(text.data()), at, static_cast<int32_t>(text.size()), c);
+  return c >= 0 && is_word_code_point(c);
+}
+
+bool word_after(std::string_view text, size_t begin) {
+  if (begin >= text.size()) return false;
+  int32_t at = static_cast<int32_t>(begin);
+  UChar32 c = 0;
+  U8_NEXT(reinterpret_cast<const uint8_t*>(text.data()), at, static_cast<int32_t>(text.size()), c);
+  return c >= 0 && is_word_code_point(c);
+}
 
 // The special-token ids a post-processor puts before and after a single sequence.
 void parse_post_processor(const nlohmann::json& spec, const std::string& source, SpecialTokens& special) {
@@ -56,7 +84,7 @@ const JsonTokenizer::AddedToken* JsonTokenizer::AddedTokens::at(std::string_view
     if (text.compare(position, added.content.size(), added.content) != 0) continue;
     if (added.single_word) {
       const size_t end = position + added.content.size();
-      if ((position > 0 && is_word_char(text[position - 1])) || (end < text.size() && is_word_char(text[end]))) continue;
+      if (word_before(text, position) || word_after(text, end)) continue;
     }
     return &added;
   }
@@ -111,10 +139,11 @@ JsonTokenizer::JsonTokenizer(const nlohmann::json& tokenizer, const std::string&
     SO_CHECK(fresh, source << ": added tokens \"" << other->second << "\" and \"" << t.content << "\" share id " << t.id
                            << hint("each id names one token; the file is corrupt"));
     vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
+    added_by_name_.emplace(t.content, t.id);
     // HF: special tokens default to normalized = false, the others to true; a normalized token
-    // is matched in the normalized text, as its content normalizes.
+    // is matched in the normalized text, as its content normalizes, and decodes as that.
     auto& stage = added.value("normalized", !special) && !normalizer_.empty() ? normalized_added_ : raw_added_;
-    if (&stage == &normalized_added_) t.content = normalizer_.apply(t.content);
+    if (&stage == &normalized_added_) t.content = other->second = normalizer_.apply(t.content);
     if (t.content.empty()) continue;
     stage.first_byte[static_cast<unsigned char>(t.content[0])] = true;
     stage.tokens.push_back(std::move(t));
@@ -143,9 +172,8 @@ std::string JsonTokenizer::kind() const {
 }
 
 std::optional<int32_t> JsonTokenizer::token_id(std::string_view token) const {
-  for (const auto& [id, content] : added_by_id_) {
-    if (content == token) return id;
-  }
+  const auto added = added_by_name_.find(std::string(token));
+  if (added != added_by_name_.end()) return added->second;
   const auto found = model_->vocab().find(std::string(token));
   if (found == model_->vocab().end()) return std::nullopt;
   return found->second;

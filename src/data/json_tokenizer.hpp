@@ -67,7 +67,10 @@ class JsonTokenizer final : public Tokenizer {
   std::unique_ptr<SubwordModel> model_;
   TokenDecoder decoder_;
   AddedTokens raw_added_, normalized_added_;
+  // An added token's string as HF decodes it (a normalized token's normalized content), and its
+  // id by the name it was added with (for bos_token and the like).
   std::unordered_map<int32_t, std::string> added_by_id_;
+  std::unordered_map<std::string, int32_t> added_by_name_;
   std::vector<uint32_t> token_bytes_;  // byte-level files: the bytes of text each token stands for
   int64_t vocab_size_ = 0;
 };

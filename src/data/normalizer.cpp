@@ -97,7 +97,7 @@ class Replace final : public Normalizer::Step {
       : content_(std::move(content)) {
     int code = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
     if (code_ == nullptr) {
       std::array<PCRE2_UCHAR, 256> message{};

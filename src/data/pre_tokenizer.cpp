@@ -97,7 +97,7 @@ class RegexSplit final : public PreTokenizerStage {
       : behavior_(behavior), invert_(invert) {
     int code = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
     if (code_ == nullptr) {
       std::array<PCRE2_UCHAR, 256> message{};
@@ -304,8 +304,11 @@ void add_stages(const nlohmann::json& spec, const std::string& source,
   } else if (type == "Metaspace") {
     stages.push_back(std::make_unique<Metaspace>(spec.value("replacement", std::string("\u2581")),
                                                  parse_prepend_scheme(spec, source), spec.value("split", true)));
-  } else if (type == "Whitespace") {  // HF: the matches of \w+|[^\w\s]+ are the pieces
-    stages.push_back(std::make_unique<RegexSplit>(R"(\w+|[^\w\s]+)", false, Behavior::removed, true, source));
+  } else if (type == "Whitespace") {  // HF: the matches of \w+|[^\w\s]+ are the pieces, with Rust's
+    // Unicode \w (marks, connector punctuation and joiners included, unlike PCRE2's)
+    stages.push_back(std::make_unique<RegexSplit>(
+        R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200c}\x{200d}]+|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200c}\x{200d}\s]+)",
+        false, Behavior::removed, true, source));
   } else if (type == "WhitespaceSplit") {  // HF: cut at char::is_whitespace, which is dropped
     stages.push_back(std::make_unique<RegexSplit>(R"([\s\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]+)",
                                                   false, Behavior::removed, false, source));

@@ -78,7 +78,7 @@ class ReplaceDecode final : public TokenDecoder::Step {
     int code = 0;
     PCRE2_SIZE offset = 0;
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u), &code, &offset, nullptr);
+                          PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &code, &offset, nullptr);
     if (code_ == nullptr) {
       std::array<PCRE2_UCHAR, 256> message{};
       pcre2_get_error_message(code, message.data(), message.size());

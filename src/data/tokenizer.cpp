@@ -77,12 +77,13 @@ enum class TokenizerFile { json, sentencepiece, other };
 TokenizerFile sniff(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   SO_CHECK(in, "cannot open the tokenizer file " << path.string());
-  char c = 0;
-  while (in.get(c) && (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\xEF' || c == '\xBB' || c == '\xBF')) {
+  char first = 0, c = 0;
+  if (!in.get(first)) return TokenizerFile::other;
+  c = first;
+  while ((c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\xEF' || c == '\xBB' || c == '\xBF') && in.get(c)) {
   }
-  if (!in) return TokenizerFile::other;
-  if (c == '{') return TokenizerFile::json;
-  if (c == '\x0A') return TokenizerFile::sentencepiece;
+  if (c == '{') return TokenizerFile::json;  // after white space or a byte-order mark
+  if (first == '\x0A') return TokenizerFile::sentencepiece;
   return TokenizerFile::other;
 }
 
