@@ -93,9 +93,10 @@ const JsonTokenizer::AddedToken* JsonTokenizer::AddedTokens::at(std::string_view
 
 bool JsonTokenizer::AddedTokens::split(std::string_view text, const std::function<bool(size_t, size_t)>& plain,
                                        const std::function<void(const AddedToken&, size_t)>& added_token) const {
+  if (tokens.empty()) return plain(0, text.size());
   size_t plain_begin = 0, position = 0;
   while (position < text.size()) {
-    const AddedToken* added = tokens.empty() ? nullptr : at(text, position);
+    const AddedToken* added = at(text, position);
     if (added == nullptr) {
       ++position;
       continue;

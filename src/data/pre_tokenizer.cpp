@@ -48,8 +48,9 @@ const std::array<std::string, 256>& byte_alphabet() {
 
 const std::string& byte_to_unicode(unsigned char b) { return byte_alphabet()[b]; }
 
-std::string unicode_to_bytes(std::string_view text) {
-  // Alphabet characters are 1-2 byte UTF-8 sequences; map them back, keep anything else.
+namespace {
+// Code point -> byte for the alphabet's characters (all below U+0200), -1 for the others.
+const std::array<int, 0x200>& alphabet_inverse() {
   static const auto inverse = [] {
     std::array<int, 0x200> map;
     map.fill(-1);
@@ -62,6 +63,36 @@ std::string unicode_to_bytes(std::string_view text) {
     }
     return map;
   }();
+  return inverse;
+}
+}  // namespace
+
+bool append_alphabet_bytes(std::string_view token, std::string& out) {
+  const auto& inverse = alphabet_inverse();
+  const size_t start = out.size();
+  for (size_t i = 0; i < token.size();) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    uint32_t cp = c;
+    if (c >= 0xC0 && c < 0xE0 && i + 1 < token.size()) {
+      cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
+      i += 2;
+    } else if (c < 0x80) {
+      i += 1;
+    } else {
+      cp = 0x200;  // outside the alphabet
+    }
+    if (cp >= 0x200 || inverse[cp] < 0) {
+      out.resize(start);
+      return false;
+    }
+    out += static_cast<char>(inverse[cp]);
+  }
+  return true;
+}
+
+std::string unicode_to_bytes(std::string_view text) {
+  // Alphabet characters are 1-2 byte UTF-8 sequences; map them back, keep anything else.
+  const auto& inverse = alphabet_inverse();
   std::string out;
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);

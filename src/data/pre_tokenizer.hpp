@@ -44,5 +44,8 @@ class PreTokenizer {
 const std::string& byte_to_unicode(unsigned char b);
 // The inverse on a vocabulary string; characters outside the alphabet are kept as UTF-8.
 std::string unicode_to_bytes(std::string_view text);
+// Appends the bytes `token` stands for if every character of it is in the alphabet (HF's
+// ByteLevel decoder, token by token); returns false, appending nothing, otherwise.
+bool append_alphabet_bytes(std::string_view token, std::string& out);
 
 }  // namespace superoffload::data

@@ -35,10 +35,7 @@ class ByteLevelDecode final : public TokenDecoder::Step {
   std::vector<std::string> apply(std::vector<std::string> tokens) const override {
     std::string out;
     for (const auto& token : tokens) {
-      const auto bytes = unicode_to_bytes(token);
-      std::string back;
-      for (const char c : bytes) back += byte_to_unicode(static_cast<unsigned char>(c));
-      out += back == token ? bytes : token;
+      if (!append_alphabet_bytes(token, out)) out += token;
     }
     return {out};
   }
