@@ -1,17 +1,15 @@
 // Normalizer steps of tokenizer.json.
 #include "data/normalizer.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
-#include <array>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "data/regex_pattern.hpp"
 
 namespace superoffload::data {
 
@@ -93,49 +91,12 @@ class Strip final : public Normalizer::Step {
 // Every match of a literal string or a regex replaced by `content` (HF: Replace).
 class Replace final : public Normalizer::Step {
  public:
-  Replace(const std::string& pattern, bool literal, std::string content, const std::string& source)
-      : content_(std::move(content)) {
-    int code = 0;
-    PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
-    if (code_ == nullptr) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(code, message.data(), message.size());
-      SO_FAIL(source << ": normalizer Replace: the pattern does not compile at offset " << offset << ": "
-                     << reinterpret_cast<const char*>(message.data()) << " (pattern: " << pattern << ")");
-    }
-  }
-  ~Replace() override { pcre2_code_free(code_); }
-  Replace(const Replace&) = delete;
-  Replace& operator=(const Replace&) = delete;
-
-  std::string apply(std::string text) const override {
-    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
-    SO_CHECK(data != nullptr, "out of memory for regex match data");
-    std::string out;
-    size_t position = 0, last = 0;
-    while (position <= text.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), position, 0, data, nullptr);
-      if (rc < 0) break;
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
-      const size_t begin = ovector[0], end = ovector[1];
-      if (end == begin) {  // an empty match replaces nothing (HF skips them too)
-        position = begin + 1;
-        while (position < text.size() && (static_cast<unsigned char>(text[position]) & 0xC0) == 0x80) ++position;
-        continue;
-      }
-      out.append(text, last, begin - last);
-      out += content_;
-      last = position = end;
-    }
-    pcre2_match_data_free(data);
-    out.append(text, last, std::string::npos);
-    return out;
-  }
+  Replace(const nlohmann::json& pattern, std::string content, const std::string& source)
+      : pattern_(pattern, "normalizer Replace", source), content_(std::move(content)) {}
+  std::string apply(std::string text) const override { return pattern_.replace_all(text, content_); }
 
  private:
-  pcre2_code* code_ = nullptr;
+  RegexPattern pattern_;
   std::string content_;
 };
 
@@ -161,11 +122,7 @@ void add_steps(const nlohmann::json& spec, const std::string& source, std::vecto
   } else if (type == "Strip") {
     steps.push_back(std::make_unique<Strip>(spec.value("strip_left", true), spec.value("strip_right", true)));
   } else if (type == "Replace") {
-    const auto& pattern = spec.at("pattern");
-    const bool literal = pattern.contains("String");
-    steps.push_back(std::make_unique<Replace>(literal ? pattern.at("String").get<std::string>()
-                                                      : pattern.at("Regex").get<std::string>(),
-                                              literal, spec.at("content").get<std::string>(), source));
+    steps.push_back(std::make_unique<Replace>(spec.at("pattern"), spec.at("content").get<std::string>(), source));
   } else if (type == "Prepend") {
     steps.push_back(std::make_unique<Prepend>(spec.at("prepend").get<std::string>()));
   } else {

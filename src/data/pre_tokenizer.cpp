@@ -1,13 +1,12 @@
 // Pre-tokenizer stages of tokenizer.json.
 #include "data/pre_tokenizer.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include <array>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "data/regex_pattern.hpp"
 
 namespace superoffload::data {
 
@@ -125,22 +124,7 @@ enum class Behavior { isolated, removed, merged_with_previous, merged_with_next,
 class RegexSplit final : public PreTokenizerStage {
  public:
   RegexSplit(const std::string& pattern, bool literal, Behavior behavior, bool invert, const std::string& source)
-      : behavior_(behavior), invert_(invert) {
-    int code = 0;
-    PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
-    if (code_ == nullptr) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(code, message.data(), message.size());
-      SO_FAIL(source << ": the pre-tokenizer regex does not compile at offset " << offset << ": "
-                     << reinterpret_cast<const char*>(message.data()) << " (pattern: " << pattern << ")");
-    }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
-  }
-  ~RegexSplit() override { pcre2_code_free(code_); }
-  RegexSplit(const RegexSplit&) = delete;
-  RegexSplit& operator=(const RegexSplit&) = delete;
+      : pattern_(pattern, literal, "pre-tokenizer", source), behavior_(behavior), invert_(invert) {}
 
   void split(std::string_view piece, bool /*at_start*/, std::vector<std::string>& out) const override {
     struct Segment {
@@ -148,32 +132,12 @@ class RegexSplit final : public PreTokenizerStage {
       bool match;
     };
     std::vector<Segment> segments;
-    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
-    SO_CHECK(data != nullptr, "out of memory for regex match data");
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
-    size_t position = 0, last = 0;
-    uint32_t options = 0;
-    while (position <= piece.size()) {
-      const int rc = pcre2_match(code_, subject, piece.size(), position, options, data, nullptr);
-      options = PCRE2_NO_UTF_CHECK;  // the subject was validated by the first call
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        pcre2_match_data_free(data);
-        SO_FAIL("the pre-tokenizer regex failed on the text (PCRE2 error " << rc << ")"
-                                                                           << hint("the text must be valid UTF-8"));
-      }
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
-      const size_t begin = ovector[0], end = ovector[1];
-      if (end == begin) {  // an empty match splits nothing; step over one character
-        position = begin + 1;
-        while (position < piece.size() && (static_cast<unsigned char>(piece[position]) & 0xC0) == 0x80) ++position;
-        continue;
-      }
+    size_t last = 0;
+    for (const auto& [begin, end] : pattern_.matches(piece)) {
       if (begin > last) segments.push_back({last, begin, false});
       segments.push_back({begin, end, true});
-      last = position = end;
+      last = end;
     }
-    pcre2_match_data_free(data);
     if (last < piece.size()) segments.push_back({last, piece.size(), false});
     if (invert_) {
       for (auto& s : segments) s.match = !s.match;
@@ -218,7 +182,7 @@ class RegexSplit final : public PreTokenizerStage {
     flush();
   }
 
-  pcre2_code* code_ = nullptr;
+  RegexPattern pattern_;
   Behavior behavior_;
   bool invert_;
 };

@@ -1,14 +1,11 @@
 // Decoder steps of tokenizer.json, each as HF `tokenizers` applies it to the list of tokens.
 #include "data/token_decoder.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
-#include <array>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "data/pre_tokenizer.hpp"
+#include "data/regex_pattern.hpp"
 
 namespace superoffload::data {
 
@@ -70,49 +67,15 @@ class MetaspaceDecode final : public TokenDecoder::Step {
 
 class ReplaceDecode final : public TokenDecoder::Step {
  public:
-  ReplaceDecode(const std::string& pattern, bool literal, std::string content, const std::string& source)
-      : content_(std::move(content)) {
-    int code = 0;
-    PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &code, &offset, nullptr);
-    if (code_ == nullptr) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(code, message.data(), message.size());
-      SO_FAIL(source << ": decoder Replace: the pattern does not compile at offset " << offset << ": "
-                     << reinterpret_cast<const char*>(message.data()) << " (pattern: " << pattern << ")");
-    }
-  }
-  ~ReplaceDecode() override { pcre2_code_free(code_); }
-  ReplaceDecode(const ReplaceDecode&) = delete;
-  ReplaceDecode& operator=(const ReplaceDecode&) = delete;
-
+  ReplaceDecode(const nlohmann::json& pattern, std::string content, const std::string& source)
+      : pattern_(pattern, "decoder Replace", source), content_(std::move(content)) {}
   std::vector<std::string> apply(std::vector<std::string> tokens) const override {
-    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
-    SO_CHECK(data != nullptr, "out of memory for regex match data");
-    for (auto& token : tokens) {
-      std::string out;
-      size_t position = 0, last = 0;
-      while (position <= token.size()) {
-        if (pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(token.data()), token.size(), position, 0, data, nullptr) < 0) break;
-        const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
-        if (ovector[1] == ovector[0]) {
-          position = ovector[0] + 1;
-          continue;
-        }
-        out.append(token, last, ovector[0] - last);
-        out += content_;
-        last = position = ovector[1];
-      }
-      out.append(token, last, std::string::npos);
-      token = std::move(out);
-    }
-    pcre2_match_data_free(data);
+    for (auto& token : tokens) token = pattern_.replace_all(token, content_);
     return tokens;
   }
 
  private:
-  pcre2_code* code_ = nullptr;
+  RegexPattern pattern_;
   std::string content_;
 };
 
@@ -200,11 +163,7 @@ void add_steps(const nlohmann::json& spec, const std::string& source, std::vecto
                                                              : spec.value("add_prefix_space", true);
     steps.push_back(std::make_unique<MetaspaceDecode>(spec.value("replacement", std::string("\u2581")), strip_first));
   } else if (type == "Replace") {
-    const auto& pattern = spec.at("pattern");
-    const bool literal = pattern.contains("String");
-    steps.push_back(std::make_unique<ReplaceDecode>(literal ? pattern.at("String").get<std::string>()
-                                                            : pattern.at("Regex").get<std::string>(),
-                                                    literal, spec.at("content").get<std::string>(), source));
+    steps.push_back(std::make_unique<ReplaceDecode>(spec.at("pattern"), spec.at("content").get<std::string>(), source));
   } else if (type == "ByteFallback") {
     steps.push_back(std::make_unique<ByteFallbackDecode>());
   } else if (type == "Fuse") {

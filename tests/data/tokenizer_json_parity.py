@@ -30,6 +30,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 sys.path.insert(0, str(Path(__file__).parent))
+import tokenizer_parity as parity  # noqa: E402
 from tokenizer_parity import CORPUS, TEXTS as BASE_TEXTS, run_probe  # noqa: E402
 
 SPECIAL = ["<s>", "</s>", "<unk>", "<|im_start|>", "[MASK]"]
@@ -128,25 +129,10 @@ def char_bpe():
 
 
 def compare(name, tok, got, texts):
-    failures = 0
-    for i, text in enumerate(texts):
-        ids = tok.encode(text, add_special_tokens=False).ids
-        expected = [("ids", got["ids"][i], ids), ("ids with special tokens", got["ids_special"][i], tok.encode(text).ids)]
-        for label, mine, theirs in expected:
-            if mine != theirs:
-                failures += 1
-                first = next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-                print(f"FAIL {name}: {label} of text {i} ({text[:40]!r}) differ at {first}: ours "
-                      f"{mine[max(0, first - 3):first + 5]} HF {theirs[max(0, first - 3):first + 5]} "
-                      f"(lengths {len(mine)} / {len(theirs)})")
-        decoded = tok.decode(ids, skip_special_tokens=False)
-        if got["decoded"][i] != decoded:
-            failures += 1
-            print(f"FAIL {name}: decode of text {i} gives {got['decoded'][i][:60]!r}, HF {decoded[:60]!r}")
-    tokens = sum(len(tok.encode(t, add_special_tokens=False).ids) for t in texts)
-    print(f"{name}: {'identical' if failures == 0 else f'{failures} mismatches'} over {len(texts)} texts, "
-          f"{tokens} tokens ({got['kind']})")
-    return failures
+    """ids, ids with special tokens and decoded text against HF's."""
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    return parity.compare(name, got, ids, [tok.encode(t).ids for t in texts],
+                          [tok.decode(i, skip_special_tokens=False) for i in ids], texts=texts)
 
 
 def main():

@@ -112,9 +112,10 @@ def run_probe(probe, path, texts, work):
     return json.loads(out_file.read_text())
 
 
-def compare(name, got, expected_ids, expected_special, expected_text=None):
+def compare(name, got, expected_ids, expected_special, expected_text=None, texts=None):
+    texts = TEXTS if texts is None else texts
     failures = 0
-    for i, text in enumerate(TEXTS):
+    for i, text in enumerate(texts):
         for label, mine, theirs in (("ids", got["ids"][i], expected_ids[i]),
                                     ("ids with special tokens", got["ids_special"][i], expected_special[i])):
             if mine != theirs:
@@ -127,7 +128,7 @@ def compare(name, got, expected_ids, expected_special, expected_text=None):
             failures += 1
             print(f"FAIL {name}: decode of text {i} gives {got['decoded'][i][:60]!r}, expected {expected_text[i][:60]!r}")
     tokens = sum(len(ids) for ids in expected_ids)
-    print(f"{name}: {'identical' if failures == 0 else f'{failures} mismatches'} over {len(TEXTS)} texts, "
+    print(f"{name}: {'identical' if failures == 0 else f'{failures} mismatches'} over {len(texts)} texts, "
           f"{tokens} tokens ({got['kind']})")
     return failures
 
