@@ -80,7 +80,7 @@ std::string shape_text(const nlohmann::json& shape) {
 TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
                                          const cluster::MpiWorld& world, nlohmann::json model)
     : config_(config), engine_(engine), optimizer_(optimizer), world_(world), model_(std::move(model)),
-      root_(fs::path(config.training.output_dir) / "checkpoints"), global_batch_(config.training.train_batch_size) {}
+      root_(root_of(config)), global_batch_(config.training.train_batch_size) {}
 
 void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool best) {
   wait();
@@ -357,6 +357,10 @@ void TrainingCheckpoints::check_run_unchanged(const nlohmann::json& manifest, co
               "restore them, start in a new [training] output_dir, or set [checkpoint] accept_changed_settings = true "
               "to continue with the new ones",
               Error::UserInput{});
+}
+
+fs::path TrainingCheckpoints::root_of(const config::Config& config) {
+  return fs::path(config.training.output_dir) / "checkpoints";
 }
 
 std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& request) {

@@ -49,6 +49,8 @@ class TrainingCheckpoints {
                       const cluster::MpiWorld& world, nlohmann::json model);
 
   std::filesystem::path root() const { return root_; }
+  // Where a run with `config` keeps its checkpoints (<output_dir>/checkpoints).
+  static std::filesystem::path root_of(const config::Config& config);
   // Hears what a save is doing (layer by layer), e.g. for the watchdog.
   void on_progress(std::function<void(const std::string&)> progress) { progress_ = std::move(progress); }
   ~TrainingCheckpoints();

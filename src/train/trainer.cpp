@@ -463,14 +463,31 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto shape = loaded.model->shape();
   timeline.mark("model build");
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
+  // A run that will resume takes every weight and the optimizer state from the checkpoint:
+  // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
+  // minutes of work the checkpoint overwrites). Found now, before the engine; resume() below
+  // then loads it or throws (it never leaves a half-loaded state).
+  const std::string resume_request = !resume.empty() ? resume : (cfg.checkpoint.auto_resume ? "latest" : "");
+  bool fill_from_checkpoint = false;
+  if (!resume_request.empty()) {
+    std::vector<std::string> notes;  // resume() says them
+    fill_from_checkpoint = !io::resolve_checkpoint(TrainingCheckpoints::root_of(cfg), resume_request, world.world(),
+                                                   notes, io::Verify::structure)
+                                .empty();
+  }
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
   base::PhaseCost filling;
   zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device),
-                          [&filling, &loaded](size_t layer) { base::add_cost(filling, [&] { loaded.materialize(layer); }); });
-  timeline.mark("partitioning and communicator",
-                {{loaded.pretrained ? "weights read" : "random initialisation", filling,
-                  loaded.pretrained ? *loaded.bytes_read : std::nan("")}});
+                          [&filling, &loaded, fill_from_checkpoint](size_t layer) {
+                            if (!fill_from_checkpoint) base::add_cost(filling, [&] { loaded.materialize(layer); });
+                          });
+  std::vector<base::StartupPhase> filled;
+  if (!fill_from_checkpoint) {
+    filled.push_back({loaded.pretrained ? "weights read" : "random initialisation", filling,
+                      loaded.pretrained ? *loaded.bytes_read : std::nan("")});
+  }
+  timeline.mark("partitioning and communicator", filled);
   const auto optimizer = make_optimizer(cfg, engine, binding);
   timeline.mark("optimizer state", optimizer->setup_phases());
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
@@ -518,11 +535,14 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                                    {"plugin_version", loaded.plugin.version},
                                    {"total_parameters", shape.total_parameters}});
   TrainingPosition position;
-  const std::string resume_request = !resume.empty() ? resume : (cfg.checkpoint.auto_resume ? "latest" : "");
   if (!resume_request.empty()) {
     if (auto resumed = checkpoints.resume(resume_request)) {
       position = *resumed;
       sampler.set_position(position.sampler);
+    } else if (fill_from_checkpoint) {
+      throw Error("the checkpoint found under " + checkpoints.root().string() +
+                      " at start-up is gone, and the model was left for it to fill",
+                  "keep the run directory unchanged while a job starts, and submit again", Error::UserInput{});
     } else if (rank == 0) {
       SO_LOG(info) << "no checkpoint under " << checkpoints.root().string() << ": starting from step 0";
     }

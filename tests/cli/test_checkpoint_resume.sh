@@ -67,6 +67,11 @@ wait "$launcher" 2>/dev/null
 wait "$reader" || fail "h5py could not follow metrics.h5 during the run: $(cat "$tmp/live.log")"
 train 2 "$tmp/killed" > "$tmp/resumed.log" 2>&1 || fail "resumed run: $(tail -20 "$tmp/resumed.log")"
 expect_contains "$(cat "$tmp/resumed.log")" "resumed from $tmp/killed/checkpoints/step_" "auto-resume from latest"
+# The checkpoint fills the model: no random initialisation first (#52), and none in the timeline.
+expect_contains "$(cat "$tmp/full.log")" "parameters initialised randomly" "a fresh run's random initialisation"
+if grep -q "parameters initialised randomly\|random initialisation " "$tmp/resumed.log"; then
+  fail "the resumed run initialised the model randomly before reading the checkpoint: $(grep -m2 "random" "$tmp/resumed.log")"
+fi
 "$SO_PYTHON" - "$tmp/full/metrics.h5" "$tmp/killed/metrics.h5" <<'PY' || fail "the resumed trajectory differs"
 import sys, h5py, numpy as np
 full, resumed = (h5py.File(p, "r") for p in sys.argv[1:3])
