@@ -63,8 +63,9 @@ LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labe
                                 const BatchContext& context, const std::function<void(const at::Tensor&)>& each) {
   const int64_t seq = hidden.size(1);
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
-  // Counted once, not per chunk: on a GPU every count is a device-to-host synchronisation.
-  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), labels.ne(kIgnoreLabel).sum().item<int64_t>()};
+  // Counted on the device and not read here: on a GPU a read would make the host wait for the
+  // forward before it queues the head (the caller reads it with the loss, at the end).
+  LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), labels.ne(kIgnoreLabel).sum()};
   for (int64_t start = 0; start < seq; start += chunk) {
     const int64_t length = std::min(chunk, seq - start);
     const auto chunk_labels = labels.narrow(1, start, length).reshape({-1});

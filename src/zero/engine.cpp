@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/timer.hpp"
+#include "model/blocks/varlen_layout.hpp"
 #include "model/load_balancing.hpp"
 #include "zero/trace_scope.hpp"
 
@@ -172,6 +173,9 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   const size_t n = layers_.size();
   const size_t head = n - 1;
   MicroBatchResult result;
+  // Packed documents' varlen layout: read from the device once for this micro-batch, not per
+  // layer and pass (model/blocks/varlen_layout.hpp).
+  const model::VarlenLayoutCache varlen_layouts;
   auto context = context_for(tokens, position_ids, nullptr);
 
   // ---- Forward: keep each layer's input (checkpointing) or its whole graph.
@@ -238,7 +242,6 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   }
   // The loss is read at the end: reading it here would make the host wait for the forward
   // before it queues the first backward kernel (a bubble on a GPU).
-  result.tokens = loss.tokens;
   {
     ScopedTime timed(times_.reduce_s);
     const auto profiled = profile(head, P::reduce);
@@ -298,7 +301,10 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   {
     ScopedTime timed(times_.backward_s);  // on a GPU: the host waits for the last backward kernels
     const TraceScope traced("superoffload/loss read");
-    result.loss_sum = loss.sum.item<double>();
+    // One read for both: the host waits once, after all of the micro-batch is queued.
+    const auto read = at::stack({loss.sum.to(at::kDouble), loss.tokens.to(at::kDouble)}).cpu();
+    result.loss_sum = read[0].item<double>();
+    result.tokens = static_cast<int64_t>(read[1].item<double>());
   }
   return result;
 }
@@ -331,14 +337,16 @@ MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Te
   torch::NoGradGuard no_grad;
   const size_t head = layers_.size() - 1;
   std::vector<model::RouterStatistics> routers;
+  const model::VarlenLayoutCache varlen_layouts;
   const auto context = context_for(tokens, position_ids, &routers);
   const auto x = forward_blocks(tokens, context);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
   const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
   release(head);
   MicroBatchResult result;
-  result.loss_sum = loss.sum.item<double>();
-  result.tokens = loss.tokens;
+  const auto read = at::stack({loss.sum.to(at::kDouble), loss.tokens.to(at::kDouble)}).cpu();
+  result.loss_sum = read[0].item<double>();
+  result.tokens = static_cast<int64_t>(read[1].item<double>());
   result.aux_loss = model::load_balancing(routers).loss;
   return result;
 }

@@ -119,7 +119,7 @@ TEST_F(ModelContract, ChunkedLossAndBackwardEqualPlainAutograd) {
   const int64_t counted = labels.ne(-100).sum().item<int64_t>();
   const auto [sum, hidden_grad] = head->loss_and_backward(hidden, labels, /*chunk_tokens=*/4,
                                                           1.0 / static_cast<double>(counted), context);
-  EXPECT_EQ(sum.tokens, counted);
+  EXPECT_EQ(sum.tokens.item<int64_t>(), counted);
   // fp32 logits cut into chunks round differently from whole-sequence ones: a few ulps.
   const double ulps = 4 * std::numeric_limits<float>::epsilon();
   EXPECT_NEAR(sum.sum.item<double>() / counted, reference.item<double>(), ulps * std::abs(reference.item<double>()));

@@ -66,8 +66,9 @@ class Layer : public torch::nn::Module {
 at::Tensor next_token_labels(const at::Tensor& tokens);
 
 struct LossSum {
-  at::Tensor sum;      // fp32 scalar: sum of per-token cross-entropy over counted tokens
-  int64_t tokens = 0;  // tokens whose label is not kIgnoreLabel
+  at::Tensor sum;     // fp32 scalar: sum of per-token cross-entropy over counted tokens
+  at::Tensor tokens;  // int64 scalar: tokens whose label is not kIgnoreLabel (on the device: read
+                      // it with the sum, after the step's work is queued, not before)
 };
 
 // The last layer: final norm and LM head.

@@ -1,5 +1,6 @@
 // Causal attention with GQA and sliding windows.
 #include "model/blocks/attention.hpp"
+#include "model/blocks/varlen_layout.hpp"
 
 #include <torch/autograd.h>
 
@@ -120,14 +121,9 @@ at::Tensor attend_varlen(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const at::Tensor& documents) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
   auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({batch * seq, t.size(1), dim}).contiguous(); };
-  // A document starts at each row's first token and wherever the id changes along a row.
-  auto starts_here = at::ones({batch, seq}, documents.options().dtype(at::kBool));
-  starts_here.narrow(1, 1, seq - 1).copy_(documents.narrow(1, 1, seq - 1).ne(documents.narrow(1, 0, seq - 1)));
-  const auto first = starts_here.reshape({-1}).nonzero().reshape({-1});
-  const auto starts = at::cat({first, at::full({1}, batch * seq, first.options())}).to(at::kInt);
-  const int64_t longest = (starts.narrow(0, 1, starts.size(0) - 1) - starts.narrow(0, 0, starts.size(0) - 1)).max().item<int64_t>();
+  const auto layout = varlen_layout(documents);
   const int64_t window_left = sliding_window > 0 ? sliding_window - 1 : -1;  // i - j < window
-  const auto out = VarlenFlashAttention::apply(tokens(q), tokens(k), tokens(v), starts, longest, window_left);
+  const auto out = VarlenFlashAttention::apply(tokens(q), tokens(k), tokens(v), layout.starts, layout.longest, window_left);
   return out.reshape({batch, seq, heads * dim});
 }
 
@@ -169,6 +165,43 @@ at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k,
   combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
   const auto probs = at::softmax(combined, -1).narrow(-1, 0, seq).to(value.scalar_type());
   return at::matmul(probs, value).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+}
+
+}  // namespace superoffload::model
+
+namespace superoffload::model {
+
+namespace {
+thread_local VarlenLayoutCache* open_cache = nullptr;
+
+VarlenLayout compute_layout(const at::Tensor& documents) {
+  const int64_t batch = documents.size(0), seq = documents.size(1);
+  // A document starts at each row's first token and wherever the id changes along a row.
+  auto starts_here = at::ones({batch, seq}, documents.options().dtype(at::kBool));
+  starts_here.narrow(1, 1, seq - 1).copy_(documents.narrow(1, 1, seq - 1).ne(documents.narrow(1, 0, seq - 1)));
+  const auto first = starts_here.reshape({-1}).nonzero().reshape({-1});
+  VarlenLayout layout;
+  layout.starts = at::cat({first, at::full({1}, batch * seq, first.options())}).to(at::kInt);
+  const int64_t documents_count = layout.starts.size(0) - 1;
+  layout.longest =
+      (layout.starts.narrow(0, 1, documents_count) - layout.starts.narrow(0, 0, documents_count)).max().item<int64_t>();
+  return layout;
+}
+}  // namespace
+
+VarlenLayoutCache::VarlenLayoutCache() : previous_(open_cache) { open_cache = this; }
+VarlenLayoutCache::~VarlenLayoutCache() { open_cache = previous_; }
+
+VarlenLayout varlen_layout(const at::Tensor& document_ids) {
+  VarlenLayoutCache* cache = open_cache;
+  if (cache == nullptr) return compute_layout(document_ids);
+  if (!cache->documents_.defined() || !cache->documents_.is_same(document_ids) ||
+      cache->version_ != document_ids._version()) {
+    cache->layout_ = compute_layout(document_ids);
+    cache->documents_ = document_ids;
+    cache->version_ = document_ids._version();
+  }
+  return cache->layout_;
 }
 
 }  // namespace superoffload::model
