@@ -2,6 +2,7 @@
 #include "model/causal_lm.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -102,17 +103,32 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
   const double std = initializer_range();
   {
     const auto& layer = layers().at(layer_index);
-    for (auto& [name, tensor] : layer->hf_parameters()) {
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(seed ^ fnv1a(name));
-      switch (parameter_role(name)) {
-        case ParameterRole::bias: tensor.zero_(); break;
-        case ParameterRole::norm: tensor.fill_(1.0); break;
-        case ParameterRole::weight:
-          // Drawn on the CPU in fp32 so the values are the same whatever the device and dtype.
-          tensor.copy_(at::empty(tensor.sizes(), at::kFloat).normal_(0.0, std, generator));
-          break;
+    const auto parameters = layer->hf_parameters();
+    // Each tensor has its own generator, seeded by its name, so they are drawn in parallel on
+    // the rank's threads (LibTorch's pool, bound by the launcher) with the same values in any
+    // order (device tensors: one thread). A weight is drawn on the CPU in fp32 so the values are the same whatever the device
+    // and dtype: straight into a CPU fp32 tensor, else into a copy.
+    const bool on_cpu = std::all_of(parameters.begin(), parameters.end(), [](const auto& p) { return p.second.is_cpu(); });
+    const auto count = static_cast<int64_t>(parameters.size());
+    at::parallel_for(0, count, on_cpu ? 1 : std::max<int64_t>(count, 1), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const auto& [name, tensor] = parameters[static_cast<size_t>(i)];
+        auto target = tensor;
+        switch (parameter_role(name)) {
+          case ParameterRole::bias: target.zero_(); break;
+          case ParameterRole::norm: target.fill_(1.0); break;
+          case ParameterRole::weight: {
+            auto generator = at::make_generator<at::CPUGeneratorImpl>(seed ^ fnv1a(name));
+            if (target.is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous()) {
+              target.normal_(0.0, std, generator);
+            } else {
+              target.copy_(at::empty(target.sizes(), at::kFloat).normal_(0.0, std, generator));
+            }
+            break;
+          }
+        }
       }
-    }
+    });
     if (const auto* embedding = dynamic_cast<const TokenEmbeddingLayer*>(layer.get());
         embedding && embedding->padding_idx() >= 0) {
       embedding->embed_tokens->weight[embedding->padding_idx()].zero_();
