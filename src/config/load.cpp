@@ -87,6 +87,9 @@ std::optional<Value> convert(const Field& field, const toml::node& node, std::st
       break;
     case Kind::string:
       if (auto s = node.value_exact<std::string>()) return Value{*s};
+      if (field.integer_as_text) {
+        if (auto i = node.value_exact<std::int64_t>()) return Value{std::to_string(*i)};
+      }
       break;
     case Kind::number_list:
       if (const auto* array = node.as_array()) {

@@ -323,7 +323,8 @@ std::vector<Section> build_schema() {
           "Trace these steps (\"3\" or \"3-4\", 1-based) with LibTorch's Kineto profiler: a Chrome/Perfetto trace per "
           "rank in <output_dir>/traces/, and its summary (device-busy fraction, top kernels, idle gaps over 0.5 ms, "
           "host<->device copies, synchronising calls, allocator counts) in the log, metrics.h5 /profile/trace and "
-          "`inspect`; empty: none.");
+          "`inspect`; empty: none. A single step may be written as an integer (3).")
+        .integers_too();
   }
   {
     SectionBuilder<LoggingConfig> b(s, "logging", "Console and per-rank log files.", &Config::logging);

@@ -34,6 +34,7 @@ struct Field {
   bool max_exclusive = false;
   std::vector<std::string> choices;  // allowed strings (or integers, as text)
   size_t list_size = 0;              // exact length of a number list, 0 = any
+  bool integer_as_text = false;      // a string field that also takes a TOML integer (a step: 3)
 
   std::string name() const { return "[" + section + "] " + key; }
   std::string dotted() const { return section + "." + key; }
@@ -45,6 +46,7 @@ struct Field {
   Field& below(double hi) { max = hi; max_exclusive = true; return *this; }
   Field& one_of(std::vector<std::string> values) { choices = std::move(values); return *this; }
   Field& size(size_t n) { list_size = n; return *this; }
+  Field& integers_too() { integer_as_text = true; return *this; }
   Field& require(std::string example_toml) { required = true; example = std::move(example_toml); return *this; }
 };
 

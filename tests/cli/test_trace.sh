@@ -19,6 +19,11 @@ for bad in "3-2" "x"; do
   expect_contains "$out" "[profile] trace_steps = \"$bad\"" "the refusal of trace_steps = \"$bad\""
 done
 
+# One step may be written as a TOML integer; 0 is no step.
+expect_contains "$("$SO_BIN" config configs/tiny.toml --set profile.trace_steps=3 2>&1)" 'trace_steps = "3"' \
+  "trace_steps = 3 as an integer"
+out=$("$SO_BIN" config configs/tiny.toml --set profile.trace_steps=0 2>&1) && fail "trace_steps = 0 was accepted: $out"
+
 train_short "$tmp/plain" > "$tmp/plain.log" 2>&1 || fail "run without the trace: $(tail -20 "$tmp/plain.log")"
 train_short "$tmp/traced" --set profile.trace_steps=2-3 > "$tmp/traced.log" 2>&1 ||
   fail "traced run: $(tail -20 "$tmp/traced.log")"
