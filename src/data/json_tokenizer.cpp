@@ -128,7 +128,7 @@ JsonTokenizer::JsonTokenizer(const nlohmann::json& tokenizer, const std::string&
     const auto content = added.at("content").get<std::string>();
     const bool special = added.value("special", false);
     AddedToken t{content, token_id_value(added.at("id"), source, "added token \"" + content + "\""),
-                 added.value("lstrip", false), added.value("rstrip", false), added.value("single_word", false), special};
+                 added.value("lstrip", false), added.value("rstrip", false), added.value("single_word", false)};
     SO_CHECK(!t.content.empty(), source << ": added token " << t.id << " is empty");
     // GPT-2 style files list "<|endoftext|>" in the vocabulary and as an added token with the
     // same id; an added token taking another token's id would make decoding ambiguous.

@@ -41,7 +41,7 @@ class JsonTokenizer final : public Tokenizer {
   struct AddedToken {
     std::string content;  // as matched: normalized for normalized tokens
     int32_t id;
-    bool lstrip, rstrip, single_word, special;
+    bool lstrip, rstrip, single_word;
   };
   // The added tokens matched at one stage (raw text or normalized text), longest first.
   struct AddedTokens {

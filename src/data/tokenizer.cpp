@@ -2,8 +2,8 @@
 // and its special tokens from tokenizer_config.json and config.json.
 #include "data/tokenizer.hpp"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
