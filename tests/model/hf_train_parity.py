@@ -303,7 +303,8 @@ def main():
             mask = ill_conditioned.get(n)
             if mask is None or mask.shape != difference.shape or not bool(mask.any()):
                 return difference
-            return difference[~mask]
+            kept = difference[~mask]
+            return kept if kept.numel() else difference.new_zeros(1)
 
         ratios = {}
         hf_worst = max(float(well(n, (fp32_weights[n] - fp64_weights[n]).abs()).max()) for n in names)
