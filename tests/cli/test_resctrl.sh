@@ -143,9 +143,11 @@ expect_contains "$log" "partitions with the groups superoffload.777.optimizer an
   fail "no thread moved into the prepared groups"
 [[ $(own_groups prepared | wc -l) == 2 ]] || fail "prepared groups removed or others made: $(own_groups prepared)"
 mkdir "$tmp/prepared/superoffload.777.12345.optimizer" "$tmp/prepared/superoffload.778.rest"  # a killed rank's; another job's
+# The fake kernel stops first: on resctrl a group's rmdir is atomic, but in this plain tree the
+# epilog's rm -r would race the fake kernel re-creating counter folders ("Directory not empty").
+stop_kernel prepared
 SLURM_JOB_ID=777 SUPEROFFLOAD_RESCTRL_MOUNTS="$tmp/prepared.mounts" bash jobscripts/admin/resctrl-epilog.sh ||
   fail "the epilog failed"
-stop_kernel prepared
 [[ $(own_groups prepared) == "$tmp/prepared/superoffload.778.rest" ]] || fail "epilog left: $(own_groups prepared)"
 
 # ---- 4. No control group free (num_closids 1): monitoring groups only.

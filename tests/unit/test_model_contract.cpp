@@ -129,6 +129,48 @@ TEST_F(ModelContract, ChunkedLossAndBackwardEqualPlainAutograd) {
   EXPECT_NEAR(no_grad_sum.sum.item<double>(), sum.sum.item<double>(), ulps * std::abs(sum.sum.item<double>()));
 }
 
+// Long context (#50): the chunked loss never holds the whole sequence's logits or their
+// gradient. 16,384 tokens over a 32,768-token vocabulary are 2 GiB of fp32 logits and 2 GiB
+// more of their gradient; in chunks of 1,024 tokens each chunk's are 128 MiB, freed before the
+// next. The peak resident set of this process (each test runs in its own) may grow by less
+// than 3/8 of one whole-sequence logits tensor.
+TEST_F(ModelContract, LongSequenceLossHoldsOneChunkOfLogitsAtATime) {
+  std::ofstream(dir_ / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 32768,
+    "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "initializer_range": 0.05, "tie_word_embeddings": false})";
+  at::manual_seed(5);
+  const auto model = build(5);
+  auto* head = dynamic_cast<m::HeadLayer*>(model->layers().back().get());
+  ASSERT_NE(head, nullptr);
+  constexpr int64_t kSeq = 16384, kVocab = 32768;
+  const auto hidden = at::randn({1, kSeq, 32});
+  const auto labels = at::randint(0, kVocab, {1, kSeq}, at::kLong);
+  m::BatchContext context;
+  context.position_ids = at::arange(kSeq, at::kLong).unsqueeze(0);
+  auto peak_bytes = [] {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    int64_t kib = 0;
+    while (status >> key) {
+      if (key == "VmHWM:") {
+        status >> kib;
+        return kib * 1024;
+      }
+    }
+    return int64_t{0};
+  };
+  const int64_t before = peak_bytes();
+  const auto [sum, hidden_grad] = head->loss_and_backward(hidden, labels, /*chunk_tokens=*/1024, 1.0 / kSeq, context);
+  const int64_t growth = peak_bytes() - before;
+  const int64_t whole_logits = kSeq * kVocab * 4;
+  EXPECT_GT(before, 0) << "VmHWM unreadable";
+  EXPECT_LT(growth, whole_logits * 3 / 8) << "peak RSS grew by " << growth / (1 << 20) << " MiB; one sequence's logits are "
+                                           << whole_logits / (1 << 20) << " MiB";
+  EXPECT_EQ(sum.tokens.item<int64_t>(), kSeq);
+  EXPECT_TRUE(std::isfinite(sum.sum.item<double>()));
+  EXPECT_EQ(hidden_grad.sizes(), hidden.sizes());
+}
+
 // HF Trainer's decay rule, by name (Trainer.get_decay_parameter_names): biases whatever
 // their shape, norm weights of every family; everything else is decayed.
 TEST(ParameterRole, ByNameAsHfTrainerDecides) {
