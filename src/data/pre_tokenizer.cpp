@@ -1,7 +1,6 @@
 // Pre-tokenizer stages of tokenizer.json.
 #include "data/pre_tokenizer.hpp"
 
-
 #include <array>
 #include <nlohmann/json.hpp>
 
@@ -87,31 +86,6 @@ bool append_alphabet_bytes(std::string_view token, std::string& out) {
     out += static_cast<char>(inverse[cp]);
   }
   return true;
-}
-
-std::string unicode_to_bytes(std::string_view text) {
-  // Alphabet characters are 1-2 byte UTF-8 sequences; map them back, keep anything else.
-  const auto& inverse = alphabet_inverse();
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    uint32_t cp = c;
-    size_t length = 1;
-    if (c >= 0xC0 && c < 0xE0 && i + 1 < text.size()) {
-      cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
-      length = 2;
-    } else if (c >= 0xE0) {
-      length = c >= 0xF0 ? 4 : 3;
-      cp = 0x200;  // outside the alphabet
-    }
-    if (cp < 0x200 && inverse[cp] >= 0) {
-      out += static_cast<char>(inverse[cp]);
-    } else {
-      out.append(text.substr(i, length));
-    }
-    i += length;
-  }
-  return out;
 }
 
 // ---- pre-tokenizer stages --------------------------------------------------------------------

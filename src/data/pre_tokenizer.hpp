@@ -42,8 +42,6 @@ class PreTokenizer {
 // GPT-2's byte-to-unicode alphabet: every byte maps to one printable code point, so byte
 // strings become vocabulary strings. Returns the UTF-8 of the code point for byte b.
 const std::string& byte_to_unicode(unsigned char b);
-// The inverse on a vocabulary string; characters outside the alphabet are kept as UTF-8.
-std::string unicode_to_bytes(std::string_view text);
 // Appends the bytes `token` stands for if every character of it is in the alphabet (HF's
 // ByteLevel decoder, token by token); returns false, appending nothing, otherwise.
 bool append_alphabet_bytes(std::string_view token, std::string& out);

@@ -34,8 +34,6 @@ class SubwordModel {
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<int32_t> byte_tokens_;
-
-  friend std::unique_ptr<SubwordModel> make_subword_model(const nlohmann::json&, const std::string&);
 };
 
 // tokenizer.json's "model" ({"type": "BPE" | "Unigram", ...}); throws naming `source` for

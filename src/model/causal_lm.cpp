@@ -106,8 +106,9 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
     const auto parameters = layer->hf_parameters();
     // Each tensor has its own generator, seeded by its name, so they are drawn in parallel on
     // the rank's threads (LibTorch's pool, bound by the launcher) with the same values in any
-    // order (device tensors: one thread). A weight is drawn on the CPU in fp32 so the values are the same whatever the device
-    // and dtype: straight into a CPU fp32 tensor, else into a copy.
+    // order (device tensors: one thread). A weight is drawn on the CPU in fp32 so the values
+    // are the same whatever the device and dtype: straight into a CPU fp32 tensor, else into a
+    // copy.
     const bool on_cpu = std::all_of(parameters.begin(), parameters.end(), [](const auto& p) { return p.second.is_cpu(); });
     const auto count = static_cast<int64_t>(parameters.size());
     at::parallel_for(0, count, on_cpu ? 1 : std::max<int64_t>(count, 1), [&](int64_t begin, int64_t end) {

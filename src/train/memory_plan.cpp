@@ -1,7 +1,7 @@
 // Memory plan.
 #include "train/memory_plan.hpp"
-#include <ATen/ATen.h>
 
+#include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <algorithm>

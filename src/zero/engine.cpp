@@ -57,6 +57,15 @@ double squared_norm(const at::Tensor& t) {
       [](double a, double b) { return a + b; });
 }
 
+
+// The loss sum and its token count into `result` with one device-to-host read: the host waits
+// once, after all of the micro-batch is queued.
+void read_loss(const model::LossSum& loss, MicroBatchResult& result) {
+  const auto read = at::stack({loss.sum.to(at::kDouble), loss.tokens.to(at::kDouble)}).cpu();
+  result.loss_sum = read[0].item<double>();
+  result.tokens = static_cast<int64_t>(read[1].item<double>());
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
@@ -301,10 +310,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   {
     ScopedTime timed(times_.backward_s);  // on a GPU: the host waits for the last backward kernels
     const TraceScope traced("superoffload/loss read");
-    // One read for both: the host waits once, after all of the micro-batch is queued.
-    const auto read = at::stack({loss.sum.to(at::kDouble), loss.tokens.to(at::kDouble)}).cpu();
-    result.loss_sum = read[0].item<double>();
-    result.tokens = static_cast<int64_t>(read[1].item<double>());
+    read_loss(loss, result);
   }
   return result;
 }
@@ -344,9 +350,7 @@ MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Te
   const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
   release(head);
   MicroBatchResult result;
-  const auto read = at::stack({loss.sum.to(at::kDouble), loss.tokens.to(at::kDouble)}).cpu();
-  result.loss_sum = read[0].item<double>();
-  result.tokens = static_cast<int64_t>(read[1].item<double>());
+  read_loss(loss, result);
   result.aux_loss = model::load_balancing(routers).loss;
   return result;
 }

@@ -1,12 +1,13 @@
 // Causal attention with GQA and sliding windows.
 #include "model/blocks/attention.hpp"
-#include "model/blocks/varlen_layout.hpp"
 
 #include <torch/autograd.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "model/blocks/varlen_layout.hpp"
 
 namespace superoffload::model {
 
@@ -166,10 +167,6 @@ at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k,
   const auto probs = at::softmax(combined, -1).narrow(-1, 0, seq).to(value.scalar_type());
   return at::matmul(probs, value).transpose(1, 2).reshape({batch, seq, heads * head_dim});
 }
-
-}  // namespace superoffload::model
-
-namespace superoffload::model {
 
 namespace {
 thread_local VarlenLayoutCache* open_cache = nullptr;
