@@ -9,6 +9,7 @@
 namespace superoffload::config {
 
 enum class InitMode { automatic, pretrained, random };
+enum class ActivationOffload { none, host };
 enum class DataFormat { automatic, hdf5, jsonl, alpaca, chat };
 enum class TrainOn { assistant, all };
 enum class AttentionScope { automatic, document, causal };
@@ -45,6 +46,7 @@ std::span<const Choice<E>> choices();
 
 SUPEROFFLOAD_CHOICES(InitMode, {InitMode::automatic, "auto"}, {InitMode::pretrained, "pretrained"},
                      {InitMode::random, "random"})
+SUPEROFFLOAD_CHOICES(ActivationOffload, {ActivationOffload::none, "none"}, {ActivationOffload::host, "host"})
 SUPEROFFLOAD_CHOICES(DataFormat, {DataFormat::automatic, "auto"}, {DataFormat::hdf5, "hdf5"},
                      {DataFormat::jsonl, "jsonl"}, {DataFormat::alpaca, "alpaca"}, {DataFormat::chat, "chat"})
 SUPEROFFLOAD_CHOICES(TrainOn, {TrainOn::assistant, "assistant"}, {TrainOn::all, "all"})

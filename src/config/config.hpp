@@ -16,6 +16,8 @@ struct ModelConfig {
   std::string plugin = "auto";  // "auto", a plugin name, or a path to a plugin .so
   InitMode init = InitMode::automatic;
   bool allow_non_finite_weights = false;  // load weights holding NaN/inf instead of refusing them
+  // "host": checkpointed layer inputs live in (pinned) host memory between forward and recompute.
+  ActivationOffload activation_offload = ActivationOffload::none;
 };
 
 struct DataConfig {

@@ -222,6 +222,24 @@ void import_scheduler(const json& scheduler, Importer& in) {
   if (params.contains("last_batch_iteration")) in.consume(p + "last_batch_iteration");
 }
 
+// DeepSpeed's activation_checkpointing block configures its checkpointing of a model's own
+// layers (the script calls deepspeed.checkpointing); here every layer is checkpointed per
+// [training] activation_checkpointing, and cpu_checkpointing is [model] activation_offload. The
+// other keys (partition_activations, contiguous_memory_optimization, number_checkpoints,
+// synchronize_checkpoint_boundary, profile) concern Megatron's model-parallel activations or
+// DeepSpeed's buffers, with nothing to set here: they are warned about as ignored.
+void import_activation_checkpointing(const json& checkpointing, Importer& in) {
+  if (!checkpointing.contains("cpu_checkpointing")) return;
+  const json& value = checkpointing.at("cpu_checkpointing");
+  if (!value.is_boolean()) {
+    in.problem("activation_checkpointing.cpu_checkpointing", "must be true or false, not " + value.dump());
+    return;
+  }
+  in.map(json(value.get<bool>() ? "host" : "none"), "activation_checkpointing.cpu_checkpointing", "model",
+         "activation_offload");
+  if (value.get<bool>()) in.map(json(true), "activation_checkpointing.cpu_checkpointing", "training", "activation_checkpointing");
+}
+
 void import_zero(const json& zero, Importer& in) {
   const std::string p = "zero_optimization.";
   if (zero.contains("stage")) {
@@ -353,6 +371,9 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
       in.consume("fp16");  // the loss-scaling keys only matter with fp16 enabled
     }
     if (const json* zero = block(root, "zero_optimization", "zero_optimization", in)) import_zero(*zero, in);
+    if (const json* checkpointing = block(root, "activation_checkpointing", "activation_checkpointing", in)) {
+      import_activation_checkpointing(*checkpointing, in);
+    }
     import_monitors(root, in);
     if (const json* profiler = block(root, "flops_profiler", "flops_profiler", in)) import_flops_profiler(*profiler, in);
     if (const json* optimizer = block(root, "optimizer", "optimizer", in)) {

@@ -305,6 +305,13 @@ class Loader {
       c.warnings.push_back("[offload] optimizer_state_dtype = \"bf16\" (" + origin_of(c, "offload.optimizer_state_dtype") +
                            ") has no effect with device = \"none\": the optimizer on the device keeps fp32 moments");
     }
+    if (c.config.model.activation_offload == ActivationOffload::host && !t.activation_checkpointing) {
+      problems_.push_back("[model] activation_offload = \"host\" (" + origin_of(c, "model.activation_offload") +
+                          ") moves the checkpointed layer inputs to host memory, and [training] activation_checkpointing "
+                          "= false (" + origin_of(c, "training.activation_checkpointing") +
+                          ") keeps every activation instead — set activation_checkpointing = true, or activation_offload = "
+                          "\"none\"");
+    }
     check_evaluation(c);
     if (std::string problem; !parse_step_range(c.config.profile.trace_steps, problem) && !problem.empty()) {
       problems_.push_back("[profile] trace_steps = " + problem + " (" + origin_of(c, "profile.trace_steps") + ")");

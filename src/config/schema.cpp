@@ -75,6 +75,11 @@ std::vector<Section> build_schema() {
     b.add("allow_non_finite_weights", &ModelConfig::allow_non_finite_weights,
           "Load safetensors weights that hold NaN or inf. By default such weights are refused, naming the tensor "
           "and the count: they give a non-finite loss from the first step.");
+    b.add("activation_offload", &ModelConfig::activation_offload,
+          "\"host\": each layer's checkpointed input is copied to pinned host memory during forward and brought "
+          "back one layer ahead of its recompute in backward, on a copy stream beside the computation (DeepSpeed's "
+          "activation_checkpointing.cpu_checkpointing); the device then holds two layers' inputs instead of all. "
+          "Needs [training] activation_checkpointing. \"none\": the inputs stay on the device.");
   }
   {
     SectionBuilder<DataConfig> b(s, "data", "Training data and how it becomes token sequences.", &Config::data);

@@ -137,7 +137,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   base::add_cost(host_buffers_cost_,
-                 [&] { host_memory_ = std::make_unique<HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes); });
+                 [&] { host_memory_ = std::make_unique<cluster::HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes); });
   if (nvme) {
     std::vector<uint64_t> regions;
     for (size_t i = on_device; i < groups_.size(); ++i) {

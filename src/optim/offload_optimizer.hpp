@@ -36,10 +36,10 @@
 #include <thread>
 #include <vector>
 
-#include "optim/cpu_adamw.hpp"
-#include "optim/host_memory.hpp"
-#include "optim/nvme_state.hpp"
 #include "base/startup_timeline.hpp"
+#include "cluster/host_memory.hpp"
+#include "optim/cpu_adamw.hpp"
+#include "optim/nvme_state.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/thread_pool.hpp"
 #include "zero/engine.hpp"
@@ -156,7 +156,7 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<SubGroup> groups_;
   std::vector<std::vector<size_t>> groups_of_layer_;
   ThreadPool pool_;
-  std::unique_ptr<HostMemory> host_memory_;
+  std::unique_ptr<cluster::HostMemory> host_memory_;
   base::PhaseCost host_buffers_cost_;  // allocating (and pinning) host_memory_, for the start-up timeline
   mutable std::unique_ptr<NvmeStateFile> nvme_;  // read and written by const exports too
   bool master_is_shard_ = false;

@@ -119,6 +119,12 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
                                                                        : tokens * (10 * h + 3 * i) * compute_bytes;
   const double working = tokens * (10 * h + 3 * i) * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
+  if (cfg.model.activation_offload == config::ActivationOffload::host && cfg.training.activation_checkpointing) {
+    // zero/activation_offload.hpp: every block's input in host memory; on the device the one
+    // being copied out (forward), or the one taken and the one fetched ahead (backward).
+    p.host_activation_bytes = per_layer_saved * static_cast<double>(m.layers);
+    p.device_activation_bytes = 2 * per_layer_saved + working;
+  }
   // The head's loss chunk (zero::EngineOptions::loss_chunk_tokens): fp32 logits and gradient.
   p.device_logits_bytes = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
@@ -187,8 +193,20 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   }
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
                   (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up " +
-                  gib(p.host_setup_bytes) + ", program and libraries " + gib(p.host_runtime_bytes) +
+                  gib(p.host_setup_bytes) +
+                  (p.host_activation_bytes > 0 ? ", activation checkpoints " + gib(p.host_activation_bytes) : "") +
+                  ", program and libraries " + gib(p.host_runtime_bytes) +
                   (p.on_gpu ? " (with the CUDA runtime's, estimated)" : "") + " = " + gib(p.host_total()));
+  if (p.host_activation_bytes > 0 && p.on_gpu) {
+    // Out in forward, back in backward, beside the computation on a copy stream.
+    std::ostringstream copies;
+    copies.precision(3);
+    const double moved = 2 * p.host_activation_bytes;
+    copies << "per rank, activation offload: " << gib(moved) << " over the host link per micro-batch (out and back): "
+           << moved / kNvlinkC2cBytesPerSecond * 1e3 << " ms at a GH200's 450 GB/s, "
+           << moved / kPcie5BytesPerSecond * 1e3 << " ms at PCIe 5.0 x16's 64 GB/s";
+    lines.push_back(copies.str());
+  }
   if (p.nvme_bytes > 0) {
     lines.push_back("per rank, NVMe: optimizer state " + gib(p.nvme_bytes) + " (master and moments of the CPU share; "
                     "the host holds buffer_count sub-groups of it)");

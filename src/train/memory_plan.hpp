@@ -47,6 +47,9 @@ struct MemoryPlan {
   double device_runtime_bytes = 0;     // CUDA context and NCCL's buffers (estimate;
                                        // already in use when train checks free memory)
   double host_optimizer_bytes = 0, host_setup_bytes = 0;
+  // [model] activation_offload = "host": every layer's checkpointed input, pinned; each
+  // micro-batch copies it out in forward and back in backward (2 × these bytes over the link).
+  double host_activation_bytes = 0;
   // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they
   // are resident (measured in this process, which has them loaded), plus on GPU runs an
   // estimate of the CUDA runtime's host memory. For the tiny model it is most of the total.
@@ -59,7 +62,7 @@ struct MemoryPlan {
            device_activation_bytes + device_logits_bytes + device_optimizer_bytes + device_workspace_bytes +
            device_runtime_bytes;
   }
-  double host_total() const { return host_optimizer_bytes + host_setup_bytes + host_runtime_bytes; }
+  double host_total() const { return host_optimizer_bytes + host_setup_bytes + host_activation_bytes + host_runtime_bytes; }
 };
 
 MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu);
@@ -71,6 +74,11 @@ std::vector<std::string> describe_plan(const ModelSize& model, const MemoryPlan&
 // The share of a capacity a plan may fill: the rest is headroom for fragmentation and what the
 // estimate leaves out.
 constexpr double kPlanHeadroom = 0.95;
+
+// Host link bandwidths, one way, for the activation offload's copy time: a GH200's NVLink-C2C
+// (450 GB/s per direction) and a PCIe 5.0 x16 slot (64 GB/s).
+constexpr double kNvlinkC2cBytesPerSecond = 450e9;
+constexpr double kPcie5BytesPerSecond = 64e9;
 
 // Why a run cannot start on a GPU with `free_bytes` free of `total_bytes` (the runtime's share
 // of the plan is in use already), and what would make it fit: more GPUs, a higher [offload]

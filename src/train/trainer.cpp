@@ -5,8 +5,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -169,10 +172,21 @@ void check_model_buildable(const config::Config& cfg) {
   throw Error(message.str(), "check the sizes in config.json", Error::UserInput{});
 }
 
+// Tests only (tests/cli/test_activation_offload.sh): SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS
+// makes every activation offload copy of a CPU run start that late, so a recompute that did not
+// wait for its input would read a buffer not yet written.
+std::chrono::milliseconds activation_copy_delay() {
+  const char* text = std::getenv("SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS");
+  return std::chrono::milliseconds(text ? std::max(0, std::atoi(text)) : 0);
+}
+
 zero::EngineOptions engine_options(const config::Config& cfg, at::Device device) {
   return {.compute_dtype = cfg.precision.bf16 ? at::kBFloat16 : at::kFloat,
           .device = device,
           .activation_checkpointing = cfg.training.activation_checkpointing,
+          .activation_offload = cfg.model.activation_offload == config::ActivationOffload::host,
+          .pin_activations = cfg.offload.pin_memory,
+          .activation_copy_delay = activation_copy_delay(),
           .max_live_parameters = cfg.zero.stage3_max_live_parameters,
           .prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size,
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold,
@@ -491,6 +505,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto optimizer = make_optimizer(cfg, engine, binding);
   timeline.mark("optimizer state", optimizer->setup_phases());
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
+  if (rank == 0 && engine.activation_offload()) {
+    SO_LOG(info) << "activation offload: each layer's checkpointed input in "
+                 << (device.is_cpu() ? "a second host buffer (a CPU run: host-to-host copies)"
+                     : engine.activation_offload()->pinned() ? "pinned host memory"
+                                                              : "plain host memory (not pinned: slower copies)")
+                 << ", copied out in forward and back one layer ahead of its recompute";
+  }
   // The optimizer's threads in a resctrl group of their own, the rest in another (or why not).
   CachePartition cache_partition(cfg.runtime, world, binding.cpus.cpus(), optimizer->thread_ids());
   if (rank == 0) {
@@ -773,6 +794,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                  << "; parameter elements per rank: shards " << memory.shard_numel << ", peak gathered "
                  << memory.peak_live_numel << ", saved activations " << memory.activation_bytes / 1e6
                  << " MB; skipped steps " << summary.skipped_steps;
+    if (const auto* offload = engine.activation_offload()) {
+      // On the CPU the compute side waits on the host; a GPU waits on its stream (not counted).
+      SO_LOG(info) << "activation offload: " << offload->host_bytes() / 1e6 << " MB of host buffers, "
+                   << 2 * offload->bytes_stored() / 1e9 << " GB copied out and back"
+                   << (device.is_cpu() ? ", " + format_significant(offload->wait_seconds(), 3) + " s waited for copies"
+                                       : std::string());
+    }
     if (validation && tracker.state().evaluations > 0) {
       const auto& e = tracker.state();
       const auto best = cfg.checkpoint.keep_best ? io::read_best(checkpoints.root()) : std::filesystem::path();

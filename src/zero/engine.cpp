@@ -84,6 +84,12 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
   // so the head always finds it, and reduce its gradient only after the embedding's own
   // backward (the last one), when both contributions have accumulated.
   const bool tied = !model_->tied_parameters().empty();
+  if (options_.activation_offload) {
+    SO_CHECK(options_.activation_checkpointing,
+             "activation offload keeps the checkpointed layer inputs in host memory: it needs activation checkpointing");
+    offload_ = std::make_unique<ActivationOffload>(options_.device, options_.pin_activations,
+                                                   options_.activation_copy_delay);
+  }
   layers_.reserve(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     int64_t numel = 0;
@@ -213,12 +219,20 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
       torch::NoGradGuard no_grad;
       x = layers_[i].layer().forward(inputs[i], context);
       release(i);
+      // The embedding's input is the token ids: kept. Every later input goes to host memory
+      // while the next layers run.
+      if (offload_ && i > 0) {
+        offload_->store(i, inputs[i]);
+        inputs[i] = at::Tensor();
+      }
     } else {
       if (i > 0) inputs[i].requires_grad_(true);
       outputs[i] = layers_[i].layer().forward(inputs[i], context);
       x = outputs[i];
     }
-    if (i > 0) memory_.activation_bytes += static_cast<int64_t>(inputs[i].numel() * inputs[i].element_size());
+    if (i > 0 && inputs[i].defined()) {
+      memory_.activation_bytes += static_cast<int64_t>(inputs[i].numel() * inputs[i].element_size());
+    }
     if (layer_done_) layer_done_(i, /*backward=*/false);
   }
   context.router_statistics = nullptr;
@@ -234,6 +248,9 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   if (options_.activation_checkpointing) {
     for (auto& r : routers) r.clear();  // computed without graph; recomputed in backward
   }
+
+  // The last block's input comes back while the head runs.
+  if (offload_ && head >= 2) offload_->prefetch(head - 1);
 
   // ---- Head: loss and its backward, chunk by chunk.
   {
@@ -271,6 +288,10 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     at::Tensor out;
     if (options_.activation_checkpointing) {
       const auto profiled = profile(i, P::recompute);
+      if (offload_ && i > 0) {
+        inputs[i] = offload_->take(i);
+        if (i >= 2) offload_->prefetch(i - 1);  // one layer ahead of its recompute
+      }
       if (i > 0) inputs[i] = inputs[i].detach().requires_grad_(true);
       context.router_statistics = &routers[i];
       out = layers_[i].layer().forward(inputs[i], context);

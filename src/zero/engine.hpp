@@ -12,12 +12,14 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
+#include "zero/activation_offload.hpp"
 #include "zero/engine_stats.hpp"
 #include "zero/gradient_reducer.hpp"
 #include "zero/layer_profiler.hpp"
@@ -29,6 +31,11 @@ struct EngineOptions {
   at::ScalarType compute_dtype = at::kBFloat16;
   at::Device device = at::kCPU;
   bool activation_checkpointing = true;
+  // Checkpointed layer inputs go to host memory in forward and come back one layer ahead of
+  // their recompute (zero/activation_offload.hpp); needs activation_checkpointing.
+  bool activation_offload = false;
+  bool pin_activations = true;                  // page-locked host buffers on a GPU
+  std::chrono::milliseconds activation_copy_delay{0};  // tests: every offload copy starts this late (CPU)
   int64_t max_live_parameters = 1'000'000'000;  // gathered elements resident at once (prefetch budget)
   int64_t prefetch_bucket_size = 50'000'000;    // a layer larger than this is not gathered ahead
   int64_t persistence_threshold = 100'000;      // layers smaller than this stay gathered
@@ -78,6 +85,8 @@ class ZeroEngine {
   at::Device device() const { return options_.device; }
   const ParameterMemory& memory() const { return memory_; }
   const PhaseTimes& times() const { return times_; }
+  // [model] activation_offload = "host": the host buffers and copies; null otherwise.
+  const ActivationOffload* activation_offload() const { return offload_.get(); }
   void reset_times() { times_ = {}; }
 
   // Called with the layer index once that layer's gradient shard is complete for the step.
@@ -115,6 +124,7 @@ class ZeroEngine {
   GradientReady gradient_ready_;
   LayerProfiler* profiler_ = nullptr;
   LayerDone layer_done_;
+  std::unique_ptr<ActivationOffload> offload_;
 };
 
 }  // namespace superoffload::zero

@@ -3,6 +3,8 @@
 // SO_D2H_LAG_MS milliseconds. The copy then lands that much later than it would, while the
 // CPU goes on: a reader of the host buffer that does not wait for the copy's event reads a
 // gradient that is not there yet, and the run's losses leave the unlagged run's.
+// SO_LAG_H2D=1 lags host-to-device copies the same way (activation checkpoints coming back
+// from host memory: a recompute that did not wait for its input would read garbage).
 //
 // LibTorch calls the CUDA runtime through its shared library, so the symbol interposes; no
 // CUDA library is linked here (the real functions are looked up in the process).
@@ -44,7 +46,11 @@ extern "C" cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
     std::fprintf(stderr, "d2h_lag: the CUDA runtime's cudaMemcpyAsync/cudaLaunchHostFunc not found\n");
     std::abort();
   }
-  if (kind == cudaMemcpyDeviceToHost) {
+  static const bool h2d_too = [] {
+    const char* v = std::getenv("SO_LAG_H2D");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  if (kind == cudaMemcpyDeviceToHost || (h2d_too && kind == cudaMemcpyHostToDevice)) {
     const cudaError_t queued = host_func(stream, sleep_on_stream, nullptr);
     if (queued != cudaSuccess) return queued;
     ++lagged;

@@ -41,3 +41,17 @@ for speculation in always auto; do
     fail "with the copy stream late, speculation $speculation: losses moved (a gradient read before it landed)"
   echo "speculation $speculation: $copies copies delayed 20 ms each, losses unchanged"
 done
+
+# Activation checkpoints in host memory ([model] activation_offload = "host"): out to host
+# memory in forward, back in backward, on the copy stream; both directions lagged 20 ms
+# (SO_LAG_H2D=1). The compute stream must wait for each input's event: losses stay those of
+# the run that keeps its activations on the device.
+kept=$(train act_kept -- --set model.activation_offload=\"none\") || fail "activations kept: $kept"
+offloaded=$(train act_lagged LD_PRELOAD="$SO_D2H_LAG" SO_D2H_LAG_MS=20 SO_LAG_H2D=1 -- \
+  --set model.activation_offload=\"host\") || fail "activations offloaded, lagged: $offloaded"
+[[ $offloaded == *"activation offload: each layer's checkpointed input in pinned host memory"* ]] ||
+  fail "the offloaded run did not say its activations are in pinned host memory: $offloaded"
+join <(losses "$kept") <(losses "$offloaded") | awk '
+  { rel = ($2 - $3) / $2; if (rel < 0) rel = -rel; if (rel > worst) worst = rel }
+  END { printf "activation offload, lagged: worst relative difference %.2e\n", worst; exit !(NR == 8 && worst < 1e-5) }' ||
+  fail "with activation copies late, losses moved (an input read before it came back)"

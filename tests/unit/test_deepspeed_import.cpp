@@ -252,6 +252,27 @@ TEST(DeepSpeedImport, NvmeOffloadImports) {
   std::filesystem::remove(path);
 }
 
+TEST(DeepSpeedImport, CpuCheckpointingIsActivationOffload) {
+  auto path = write_temp("ds_activations.json", R"({"train_batch_size": 4,
+    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
+      "contiguous_memory_optimization": false}})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 1);
+  EXPECT_EQ(loaded.config.model.activation_offload, superoffload::config::ActivationOffload::host);
+  EXPECT_TRUE(loaded.config.training.activation_checkpointing);
+  EXPECT_EQ(loaded.origins.at("model.activation_offload"), path.string() + ": activation_checkpointing.cpu_checkpointing");
+  bool warned = false;  // Megatron's partitioned activations have no equivalent: said, not dropped
+  for (const auto& w : loaded.warnings) {
+    EXPECT_EQ(w.find("cpu_checkpointing"), std::string::npos) << w;
+    warned |= w.find("activation_checkpointing.partition_activations") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+  std::filesystem::remove(path);
+  path = write_temp("ds_activations_bad.json", R"({"activation_checkpointing": {"cpu_checkpointing": "yes"}})");
+  const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
+  EXPECT_NE(message.find("activation_checkpointing.cpu_checkpointing: must be true or false"), std::string::npos) << message;
+  std::filesystem::remove(path);
+}
+
 TEST(DeepSpeedImport, InvalidJsonNamesLineAndColumn) {
   auto path = write_temp("broken.json", "{\n  \"train_batch_size\": 4,\n  \"bf16\": {\"enabled\": tru}\n}\n");
   const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});

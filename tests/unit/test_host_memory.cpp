@@ -1,4 +1,4 @@
-// Host memory of the offloaded optimizer: pinned only when asked, refused with the reason
+// Host memory for device copies (the offloaded optimizer, activation checkpoints): pinned only when asked, refused with the reason
 // when RLIMIT_MEMLOCK is too small, and a failed pinning (no GPU driver here) falls back to
 // plain memory that works.
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <sys/resource.h>
 
 #include "base/logging.hpp"
-#include "optim/host_memory.hpp"
+#include "cluster/host_memory.hpp"
 
-namespace o = superoffload::optim;
+namespace o = superoffload::cluster;
 
 TEST(HostMemory, CpuOnlyRunsUsePlainMemory) {
   o::HostMemory memory(false, 1 << 20);

@@ -75,6 +75,25 @@ TEST(MemoryPlan, BucketsFollowReduceBucketSize) {
   EXPECT_NEAR(big.device_reduce_bytes - small.device_reduce_bytes, 4 * 2 * 3e8 * 1.25, 1e3);
 }
 
+TEST(MemoryPlan, ActivationOffloadMovesTheSavedInputsToPinnedHostMemory) {
+  // Llama-3.1-8B at 128k tokens: each of the 32 layers' inputs is 128k x 4096 bf16 = 1 GiB.
+  auto j = job("llama-3.1-8b", 1, {"data.seq_len=131072", "training.train_micro_batch_size_per_gpu=1"});
+  const auto kept = t::plan_memory(j.size, j.config, 1, true);
+  j.config.model.activation_offload = so::config::ActivationOffload::host;
+  const auto offloaded = t::plan_memory(j.size, j.config, 1, true);
+  const double per_layer = 131072.0 * 4096 * 2;
+  EXPECT_NEAR(offloaded.host_activation_bytes, 32 * per_layer, 1e3);
+  EXPECT_NEAR(kept.device_activation_bytes - offloaded.device_activation_bytes, 30 * per_layer, 1e3)
+      << "two layers' inputs stay on the device: the one in flight and the one fetched ahead";
+  EXPECT_NEAR(offloaded.host_total() - kept.host_total(), 32 * per_layer, 1e3);
+  bool copy_time = false;
+  for (const auto& line : t::describe_plan(j.size, offloaded, 1, 0, 0)) {
+    copy_time |= line.find("activation offload: 64.0 GiB over the host link per micro-batch") != std::string::npos &&
+                 line.find("ms at a GH200's 450 GB/s") != std::string::npos;
+  }
+  EXPECT_TRUE(copy_time) << "the plan states the copies and their time against the link";
+}
+
 TEST(MemoryPlan, AGpuWithoutRoomIsRefusedWithWhatWouldFit) {
   auto j = job("llama-3.3-70b", 4, {"offload.ratio=0.9"});
   const double free = 94e9;  // a GH200 after the CUDA context

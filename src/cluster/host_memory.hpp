@@ -1,4 +1,5 @@
-// Host buffers of the offloaded optimizer. With a GPU and [offload] pin_memory, page-locked
+// Host buffers that a GPU copies to and from: the offloaded optimizer's state and gradients, and
+// activation checkpoints kept in host memory. With a GPU and pinning wanted, page-locked
 // (pinned) memory, so device copies run at full link speed and asynchronously (mapped at the
 // size asked for and registered with the CUDA runtime: cluster/host_pinning.hpp); when pinning
 // fails, or RLIMIT_MEMLOCK (`ulimit -l`) is smaller than what will be pinned — a known source
@@ -11,12 +12,15 @@
 #include <cstdint>
 #include <string>
 
-namespace superoffload::optim {
+namespace superoffload::cluster {
 
 class HostMemory {
  public:
   // `pin`: a GPU is used and pinning is wanted. `planned_bytes`: what will be allocated.
-  HostMemory(bool pin, int64_t planned_bytes);
+  // `purpose` names the buffers in warnings ("optimizer host memory"), `setting` the switch
+  // that turns pinning off ("[offload] pin_memory").
+  HostMemory(bool pin, int64_t planned_bytes, std::string purpose = "optimizer host memory",
+             std::string setting = "[offload] pin_memory");
   // An fp32/bf16 host tensor, pinned when possible.
   at::Tensor empty(at::IntArrayRef sizes, at::ScalarType type);
   bool pinned() const { return pin_; }
@@ -25,6 +29,7 @@ class HostMemory {
  private:
   bool pin_ = false;
   std::string why_not_;
+  std::string purpose_, setting_;
 };
 
-}  // namespace superoffload::optim
+}  // namespace superoffload::cluster

@@ -1,5 +1,5 @@
 // HostMemory.
-#include "optim/host_memory.hpp"
+#include "cluster/host_memory.hpp"
 
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -8,22 +8,25 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "base/logging.hpp"
 #include "cluster/host_pinning.hpp"
 
-namespace superoffload::optim {
+namespace superoffload::cluster {
 
-HostMemory::HostMemory(bool pin, int64_t planned_bytes) {
+HostMemory::HostMemory(bool pin, int64_t planned_bytes, std::string purpose, std::string setting)
+    : purpose_(std::move(purpose)), setting_(std::move(setting)) {
   if (!pin) return;
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
       static_cast<int64_t>(limit.rlim_cur) < planned_bytes) {
     why_not_ = "RLIMIT_MEMLOCK (ulimit -l) is " + std::to_string(limit.rlim_cur / 1024) + " KiB but " +
                std::to_string(planned_bytes / (1024 * 1024)) + " MiB would be pinned";
-    SO_LOG(warning) << "optimizer host memory is not pinned: " << why_not_
+    SO_LOG(warning) << purpose_ << " is not pinned: " << why_not_
                     << "; device copies will be slower. HINT: raise it (`ulimit -l unlimited` in the job script, "
-                       "or the site's limits.conf / Slurm PropagateResourceLimits), or set [offload] pin_memory = false";
+                       "or the site's limits.conf / Slurm PropagateResourceLimits), or set "
+                    << setting_ << " = false";
     return;
   }
   pin_ = true;
@@ -55,10 +58,10 @@ at::Tensor HostMemory::empty(at::IntArrayRef sizes, at::ScalarType type) {
     }
     pin_ = false;
     why_not_ = why;
-    SO_LOG(warning) << "pinning optimizer host memory failed (" << why_not_
+    SO_LOG(warning) << "pinning " << purpose_ << " failed (" << why_not_
                     << "); using plain memory. HINT: check `ulimit -l` and free host memory";
   }
   return at::empty(sizes, at::TensorOptions().dtype(type));
 }
 
-}  // namespace superoffload::optim
+}  // namespace superoffload::cluster
