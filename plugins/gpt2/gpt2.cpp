@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "model/blocks/attention.hpp"
+#include "model/blocks/token_tiles.hpp"
 #include "model/plugin.hpp"
 
 namespace superoffload::plugins::gpt2 {
@@ -94,7 +95,7 @@ class Mlp : public torch::nn::Module {
     c_fc = register_module("c_fc", std::make_shared<Conv1D>(s.hidden, s.inner));
     c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.inner, s.hidden));
   }
-  at::Tensor forward(const at::Tensor& x) { return (*c_proj)(at::gelu((*c_fc)(x), "tanh")); }
+  at::Tensor forward(const at::Tensor& x) const { return (*c_proj)(at::gelu((*c_fc)(x), "tanh")); }
   std::shared_ptr<Conv1D> c_fc, c_proj;
 };
 
@@ -120,7 +121,11 @@ class Block : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto h = x + attn->forward((*ln_1)(x), context.document_ids);
-    return h + mlp->forward((*ln_2)(h));
+    const auto normed = (*ln_2)(h);
+    const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
+    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
+                                             [m](const std::vector<at::Tensor>& tile) { return m->forward(tile[0]); });
+    return h + out.view(h.sizes());
   }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;

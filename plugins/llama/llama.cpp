@@ -8,6 +8,7 @@
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
+#include "model/blocks/token_tiles.hpp"
 #include "model/plugin.hpp"
 
 namespace superoffload::plugins::llama {
@@ -98,7 +99,7 @@ class Mlp : public torch::nn::Module {
     }
     down_proj = register_module("down_proj", std::make_shared<Linear>(s.intermediate, s.hidden, s.mlp_bias));
   }
-  at::Tensor forward(const at::Tensor& x) {
+  at::Tensor forward(const at::Tensor& x) const {
     if (gate_up_proj) {
       const auto both = (*gate_up_proj)(x).chunk(2, -1);
       return (*down_proj)(both[1] * at::silu(both[0]));
@@ -132,7 +133,11 @@ class DecoderBlock : public model::Layer {
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
     const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
-    return h + mlp->forward((*post_attention_layernorm)(h));
+    const auto normed = (*post_attention_layernorm)(h);
+    const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
+    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
+                                             [m](const std::vector<at::Tensor>& tile) { return m->forward(tile[0]); });
+    return h + out.view(h.sizes());
   }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<Mlp> mlp;

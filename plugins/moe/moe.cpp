@@ -25,6 +25,7 @@
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
+#include "model/blocks/token_tiles.hpp"
 #include "model/load_balancing.hpp"
 #include "model/plugin.hpp"
 #include "experts.hpp"
@@ -207,6 +208,18 @@ class SparseMoe : public torch::nn::Module {
       context.router_statistics->push_back(model::router_statistics(logits, s_.top_k, s_.aux_loss_coef));
     }
 
+    // The router above sees every token (its statistics pool the whole micro-batch, as HF's);
+    // the experts, whose intermediate is the large tensor, run over tiles of tokens.
+    const auto* self = this;  // outlives backward's recompute of each tile
+    return model::over_token_tiles({tokens, weights, indices}, context.tile_tokens,
+                                   [self](const std::vector<at::Tensor>& tile) {
+                                     return self->experts(tile[0], tile[1], tile[2]);
+                                   })
+        .view(shape);
+  }
+
+  // Each token's weighted sum of its top-k experts' outputs: [tokens, hidden].
+  at::Tensor experts(const at::Tensor& tokens, const at::Tensor& weights, const at::Tensor& indices) const {
     const auto routed = route_pairs(indices, weights, s_.experts);
     const auto input = tokens.index_select(0, routed.token);
     const bool loop = per_expert_loop();
@@ -222,7 +235,7 @@ class SparseMoe : public torch::nn::Module {
       }
       y = loop ? swiglu_experts_loop(input, routed, gate, up, down) : swiglu_experts_grouped(input, routed, gate, up, down);
     }
-    return combine_pairs(y, routed, s_.top_k).view(shape);
+    return combine_pairs(y, routed, s_.top_k);
   }
 
   std::shared_ptr<Linear> router;
@@ -246,7 +259,7 @@ class DenseMlp : public torch::nn::Module {
     up_proj = register_module("up_proj", std::make_shared<Linear>(s.hidden, s.dense_intermediate, false));
     down_proj = register_module("down_proj", std::make_shared<Linear>(s.dense_intermediate, s.hidden, false));
   }
-  at::Tensor forward(const at::Tensor& x) { return (*down_proj)(at::silu((*gate_proj)(x)) * (*up_proj)(x)); }
+  at::Tensor forward(const at::Tensor& x) const { return (*down_proj)(at::silu((*gate_proj)(x)) * (*up_proj)(x)); }
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
 };
 
@@ -280,7 +293,11 @@ class DecoderBlock : public model::Layer {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
     const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
     const auto normed = (*post_attention_layernorm)(h);
-    return h + (moe ? moe->forward(normed, context) : dense->forward(normed));
+    if (moe) return h + moe->forward(normed, context);
+    const auto* mlp = dense.get();  // outlives backward's recompute of each tile
+    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
+                                             [mlp](const std::vector<at::Tensor>& tile) { return mlp->forward(tile[0]); });
+    return h + out.view(h.sizes());
   }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<SparseMoe> moe;

@@ -18,6 +18,8 @@ struct ModelConfig {
   bool allow_non_finite_weights = false;  // load weights holding NaN/inf instead of refusing them
   // "host": checkpointed layer inputs live in (pinned) host memory between forward and recompute.
   ActivationOffload activation_offload = ActivationOffload::none;
+  // MLP tiles over a micro-batch's tokens: 0 = chosen by the plan, -1 = never, N = N tokens.
+  std::int64_t tile_tokens = 0;
 };
 
 struct DataConfig {

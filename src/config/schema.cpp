@@ -80,6 +80,12 @@ std::vector<Section> build_schema() {
           "back one layer ahead of its recompute in backward, on a copy stream beside the computation (DeepSpeed's "
           "activation_checkpointing.cpu_checkpointing); the device then holds two layers' inputs instead of all. "
           "Needs [training] activation_checkpointing. \"none\": the inputs stay on the device.");
+    b.add("tile_tokens", &ModelConfig::tile_tokens,
+          "Run each MLP (dense and experts) over tiles of this many tokens of a micro-batch, forward and in "
+          "backward's recompute, so its tokens x intermediate tensors never exist whole (ALST's TiledMLP); costs one "
+          "more MLP forward per step. 0: chosen by the plan (tiles of hidden_size tokens once a micro-batch holds "
+          "32,768 tokens or more, else untiled); -1: never.")
+        .at_least(-1);
   }
   {
     SectionBuilder<DataConfig> b(s, "data", "Training data and how it becomes token sequences.", &Config::data);

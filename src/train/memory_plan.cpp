@@ -117,7 +117,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // layer's recompute working set.
   const double per_layer_saved = cfg.training.activation_checkpointing ? tokens * h * compute_bytes
                                                                        : tokens * (10 * h + 3 * i) * compute_bytes;
-  const double working = tokens * (10 * h + 3 * i) * compute_bytes;
+  // The MLP's three intermediates exist for one tile at a time when tiled.
+  const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
+  const double mlp_tokens = tile > 0 ? std::min<double>(tokens, static_cast<double>(tile)) : tokens;
+  const double working = (tokens * 10 * h + mlp_tokens * 3 * i) * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
   if (cfg.model.activation_offload == config::ActivationOffload::host && cfg.training.activation_checkpointing) {
     // zero/activation_offload.hpp: every block's input in host memory; on the device the one
@@ -170,6 +173,13 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
     p.host_optimizer_bytes += p.device_total();
   }
   return p;
+}
+
+int64_t mlp_tile_tokens(const config::Config& cfg, int64_t hidden) {
+  const int64_t tokens = std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu) * cfg.data.seq_len;
+  int64_t tile = cfg.model.tile_tokens;
+  if (tile == 0) tile = tokens >= kTileFromTokens ? std::max<int64_t>(hidden, 1) : -1;
+  return tile > 0 && tile < tokens ? tile : 0;
 }
 
 std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, int ranks_per_node,

@@ -67,6 +67,13 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu);
 
+// The MLP tile ([model] tile_tokens) a run of this configuration uses, in tokens of a
+// micro-batch; 0: untiled. Chosen (tile_tokens = 0): tiles of hidden_size tokens, ALST's rule,
+// once a micro-batch holds kTileFromTokens or more — below that the untiled intermediate is a
+// few hundred MB and the recompute a tile costs would be paid for nothing.
+constexpr int64_t kTileFromTokens = 32768;
+int64_t mlp_tile_tokens(const config::Config& config, int64_t hidden);
+
 // The estimate as a table (per GPU/rank and per node), and, with capacities > 0, whether it fits.
 std::vector<std::string> describe_plan(const ModelSize& model, const MemoryPlan& plan, int ranks_per_node,
                                        double device_capacity_bytes, double host_capacity_per_node_bytes);

@@ -180,7 +180,7 @@ std::chrono::milliseconds activation_copy_delay() {
   return std::chrono::milliseconds(text ? std::max(0, std::atoi(text)) : 0);
 }
 
-zero::EngineOptions engine_options(const config::Config& cfg, at::Device device) {
+zero::EngineOptions engine_options(const config::Config& cfg, at::Device device, int64_t hidden) {
   return {.compute_dtype = cfg.precision.bf16 ? at::kBFloat16 : at::kFloat,
           .device = device,
           .activation_checkpointing = cfg.training.activation_checkpointing,
@@ -190,7 +190,8 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device)
           .max_live_parameters = cfg.zero.stage3_max_live_parameters,
           .prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size,
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold,
-          .reduce_bucket_size = cfg.zero.reduce_bucket_size};
+          .reduce_bucket_size = cfg.zero.reduce_bucket_size,
+          .tile_tokens = mlp_tile_tokens(cfg, hidden)};
 }
 
 // [offload] speculation as the optimizer takes it; super_offload = false speculates nothing.
@@ -492,7 +493,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
   base::PhaseCost filling;
-  zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device),
+  zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device, shape.hidden_size),
                           [&filling, &loaded, fill_from_checkpoint](size_t layer) {
                             if (!fill_from_checkpoint) base::add_cost(filling, [&] { loaded.materialize(layer); });
                           });
@@ -505,6 +506,12 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto optimizer = make_optimizer(cfg, engine, binding);
   timeline.mark("optimizer state", optimizer->setup_phases());
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
+  if (const int64_t tile = mlp_tile_tokens(cfg, shape.hidden_size); rank == 0 && tile > 0) {
+    SO_LOG(info) << "MLP tiles: " << tile << " tokens of each micro-batch's "
+                 << cfg.training.train_micro_batch_size_per_gpu * cfg.data.seq_len
+                 << " at a time, recomputed tile by tile in backward ([model] tile_tokens = " << cfg.model.tile_tokens
+                 << (cfg.model.tile_tokens == 0 ? ": chosen" : "") << ")";
+  }
   if (rank == 0 && engine.activation_offload()) {
     SO_LOG(info) << "activation offload: each layer's checkpointed input in "
                  << (device.is_cpu() ? "a second host buffer (a CPU run: host-to-host copies)"

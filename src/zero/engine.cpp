@@ -154,6 +154,7 @@ model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, const at::
     context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
   }
   context.router_statistics = routers;
+  context.tile_tokens = options_.tile_tokens;
   return context;
 }
 

@@ -41,6 +41,8 @@ struct EngineOptions {
   int64_t persistence_threshold = 100'000;      // layers smaller than this stay gathered
   int64_t reduce_bucket_size = 500'000'000;     // elements reduce-scattered at once (gradient_reducer.hpp)
   int64_t loss_chunk_tokens = 1024;
+  // MLPs over tiles of this many tokens of a micro-batch (model::BatchContext::tile_tokens); 0: untiled.
+  int64_t tile_tokens = 0;
 };
 
 struct MicroBatchResult {

@@ -34,6 +34,9 @@ struct BatchContext {
   // Mixture-of-experts layers whose config asks for the load-balancing loss append their
   // router's statistics here (may be null: then nothing is recorded).
   std::vector<RouterStatistics>* router_statistics = nullptr;
+  // MLPs (dense and experts) run over tiles of this many tokens of the flattened batch, so the
+  // intermediate never exists for the whole sequence (model/blocks/token_tiles.hpp); 0: untiled.
+  int64_t tile_tokens = 0;
 };
 
 // What a parameter is to training, as HF Trainer sees it: biases and norm weights take no

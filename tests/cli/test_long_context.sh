@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Activation checkpoints in host memory ([model] activation_offload = "host", #50): on the CPU
+# Long-context training, on the CPU (#50). Activation checkpoints in host memory ([model]
+# activation_offload = "host"): on the CPU
 # the same store / prefetch / take path runs with host-to-host copies on a copy thread. Two
 # ranks, two micro-batches per step (buffers reused), 5 steps: losses and gradient norms must be
 # bitwise those of the run that keeps the inputs — also with every copy made 20 ms late
@@ -7,6 +8,8 @@
 # would read a buffer not yet written and leave the reference. On a GPU (pinned buffers, a copy
 # stream), tests/gpu/test_copy_lag.sh makes the same comparison with both directions lagged.
 # A config that offloads without checkpointing is refused, naming both keys.
+# MLP tiles ([model] tile_tokens = 16 of each micro-batch's 64 tokens, with the offload): the
+# same training to fp32 round-off (products over fewer rows round differently).
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 on_device cpu
@@ -23,6 +26,8 @@ run() {  # NAME [ENV=...] -- [--set ...]: train_short with that environment
 run kept -- --set model.activation_offload=\"none\"
 run offloaded -- --set model.activation_offload=\"host\"
 run late SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS=20 -- --set model.activation_offload=\"host\"
+run tiled -- --set model.activation_offload=\"host\" --set model.tile_tokens=16
+expect_contains "$(cat "$tmp/tiled.log")" "MLP tiles: 16 tokens of each micro-batch's 64" "the start-up log names the tiles"
 # The delay reached the copies: the tiny model's 6 blocks make 12 copies per micro-batch, one
 # after another on the copy thread, and each micro-batch's last take waits for them: up to
 # 10 micro-batches x 12 x 20 ms = 2.4 s of waiting, less what the computation overlapped.
@@ -43,6 +48,10 @@ for name in ("offloaded", "late"):
     for what, a, b in (("loss", kept[0], run[0]), ("grad norm", kept[1], run[1])):
         assert np.array_equal(a, b), f"{name}: {what} {b} differs from the run that keeps its activations: {a}"
 print("offloaded and late-copied runs equal the kept run bitwise:", kept[0])
+tiled = series("tiled")
+gaps = [float(np.abs(t / k - 1).max()) for t, k in zip(tiled, kept)]
+print(f"tiled MLPs: loss {gaps[0]:.1e}, grad norm {gaps[1]:.1e} from the untiled run (relative)")
+assert gaps[0] <= 2e-6 and gaps[1] <= 2e-5, (tiled, kept)
 PY
 
 out=$("$SO_BIN" config configs/tiny.toml --set model.activation_offload=\"host\" \
@@ -50,4 +59,4 @@ out=$("$SO_BIN" config configs/tiny.toml --set model.activation_offload=\"host\"
   && fail "offload without checkpointing was accepted: $out"
 expect_contains "$out" "[model] activation_offload = \"host\"" "the refusal names the offload key"
 expect_contains "$out" "activation_checkpointing = true" "and says what to set"
-echo "activation offload: bitwise equal, also with late copies"
+echo "long context: activation offload bitwise equal (also with late copies), MLP tiles equal to round-off"
