@@ -314,3 +314,76 @@ TEST(PackedAttention, EqualsTheRuleWrittenOut) {
               1e-2) << c.name;
   }
 }
+
+// Long rows (over 4,096 tokens) build no [seq, seq] tensor: a sliding window runs in blocks of
+// queries, packed documents one call each whatever their length. Both equal the rule written
+// out, in outputs and gradients.
+TEST(LongRowAttention, EqualsTheRuleWrittenOut) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(4);
+  const int64_t heads = 2, kv_heads = 1, dim = 8, seq = 4600;
+  auto q = at::randn({1, heads, seq, dim}, generator).requires_grad_();
+  auto k = at::randn({1, kv_heads, seq, dim}, generator).requires_grad_();
+  auto v = at::randn({1, kv_heads, seq, dim}, generator).requires_grad_();
+  // Documents of 1 to 99 tokens (short: below 4,096 tokens a row these would share one mask).
+  auto documents = at::zeros({1, seq}, at::kLong);
+  for (int64_t at_token = 0, id = 0; at_token < seq; ++id) {
+    const int64_t length = std::min(seq - at_token, 1 + (id * 37) % 99);
+    documents[0].narrow(0, at_token, length).fill_(id);
+    at_token += length;
+  }
+  struct Case {
+    const char* name;
+    int64_t window;
+    bool packed;
+  };
+  for (const Case c : {Case{"window 700, blocks of queries", 700, false}, Case{"window 1500", 1500, false},
+                       Case{"short documents", 0, true}, Case{"short documents, window 30", 30, true}}) {
+    const auto ids = c.packed ? documents : at::Tensor();
+    const auto ours = m::causal_attention(q, k, v, c.window, ids);
+    const auto reference = explicit_attention(q, k, v, c.window, ids);
+    EXPECT_LT((ours - reference).abs().max().item<double>(), 1e-5) << c.name;
+    const auto weights = at::randn(ours.sizes(), generator);
+    const auto ours_grads = torch::autograd::grad({(ours * weights).sum()}, {q, k, v});
+    const auto reference_grads = torch::autograd::grad({(reference * weights).sum()}, {q, k, v});
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_LT((ours_grads[i] - reference_grads[i]).abs().max().item<double>(), 1e-4) << "gradient " << i << ", " << c.name;
+    }
+  }
+}
+
+// ... and at 16,384 tokens the peak resident set of forward and backward grows by far less than
+// one [seq, seq] boolean mask (256 MiB; fp32 scores of one head would be 1 GiB): causal, a
+// sliding window, short packed documents.
+TEST(LongRowAttention, NoSeqBySeqTensorAt16kTokens) {
+  const int64_t seq = 16384;
+  auto q = at::randn({1, 2, seq, 16}).requires_grad_();
+  auto k = at::randn({1, 1, seq, 16}).requires_grad_();
+  auto v = at::randn({1, 1, seq, 16}).requires_grad_();
+  auto documents = at::arange(seq, at::kLong).div(100, "floor").unsqueeze(0);  // documents of 100 tokens
+  const auto weights = at::randn({1, seq, 32});
+  auto peak_bytes = [] {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    int64_t kib = 0;
+    while (status >> key) {
+      if (key == "VmHWM:") {
+        status >> kib;
+        return kib * 1024;
+      }
+    }
+    return int64_t{0};
+  };
+  const int64_t mask_bytes = seq * seq;
+  for (const auto& [name, window, packed] : {std::tuple{"causal", int64_t{0}, false},
+                                             std::tuple{"window 512", int64_t{512}, false},
+                                             std::tuple{"documents of 100 tokens", int64_t{0}, true}}) {
+    const int64_t before = peak_bytes();
+    const auto out = m::causal_attention(q, k, v, window, packed ? documents : at::Tensor());
+    const auto grads = torch::autograd::grad({(out * weights).sum()}, {q, k, v});
+    const int64_t growth = peak_bytes() - before;
+    std::printf("%s at %lld tokens: peak RSS grew by %lld MiB\n", name, static_cast<long long>(seq),
+                static_cast<long long>(growth >> 20));
+    EXPECT_LT(growth, mask_bytes / 4) << name << ": peak RSS grew by " << (growth >> 20) << " MiB";
+  }
+}
+

@@ -3,6 +3,7 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -13,12 +14,22 @@ namespace superoffload::model {
 
 namespace {
 
+// Above this many tokens a row's attention builds no [seq, seq] tensor (16 MiB as a boolean
+// mask here, 16 GiB at 128k): sliding windows run in blocks of queries, packed documents one by
+// one. At and below it the one-call mask stays (measured faster for short documents).
+constexpr int64_t kMaskTokens = 4096;
+// Queries per block of a windowed attention over a long row: each block's mask is
+// [kQueryBlock, kQueryBlock + window].
+constexpr int64_t kQueryBlock = 512;
+
 // Query i may see key j: j <= i, i - j < window when a window is set, and both in the same
 // document when `documents` ([batch, seq]) is given. [seq, seq], or [batch, 1, seq, seq] with
-// documents (broadcast over heads).
-at::Tensor visibility(int64_t seq, int64_t window, const at::Tensor& documents, const at::TensorOptions& options) {
-  const auto i = at::arange(seq, options.dtype(at::kLong)).unsqueeze(1);
-  const auto j = at::arange(seq, options.dtype(at::kLong)).unsqueeze(0);
+// documents (broadcast over heads). Queries `query_begin` + [0, rows) against keys
+// `key_begin` + [0, seq) when given (a block of a long row).
+at::Tensor visibility(int64_t seq, int64_t window, const at::Tensor& documents, const at::TensorOptions& options,
+                      int64_t rows = -1, int64_t query_begin = 0, int64_t key_begin = 0) {
+  const auto i = at::arange(query_begin, query_begin + (rows < 0 ? seq : rows), options.dtype(at::kLong)).unsqueeze(1);
+  const auto j = at::arange(key_begin, key_begin + seq, options.dtype(at::kLong)).unsqueeze(0);
   auto allowed = j <= i;
   if (window > 0) allowed = allowed.logical_and(i - j < window);
   if (documents.defined()) {
@@ -32,11 +43,38 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t heads) {
   return x.size(1) == heads ? x : x.repeat_interleave(heads / x.size(1), 1);
 }
 
+// A sliding window over a long row, in blocks of queries: block [begin, end) sees keys
+// [begin - window + 1, end), through a mask of that size. Every block's outputs are the rows the
+// whole-row mask would give (the same keys, in the same order). The mask is additive, in the
+// queries' dtype, so the kernel keeps it as given (a boolean one it converts, and autograd would
+// keep each block's copy); every block past the first window has the same one, made once.
+at::Tensor attend_window_blocks(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value, int64_t window) {
+  const int64_t seq = q.size(2);
+  auto additive = [&](int64_t rows, int64_t keys, int64_t begin, int64_t first_key) {
+    const auto allowed = visibility(keys, window, {}, q.options(), rows, begin, first_key);
+    return at::zeros({rows, keys}, q.options()).masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  };
+  at::Tensor steady;  // [kQueryBlock, kQueryBlock + window - 1]: any full block with window - 1 keys before it
+  std::vector<at::Tensor> blocks;
+  for (int64_t begin = 0; begin < seq; begin += kQueryBlock) {
+    const int64_t end = std::min(seq, begin + kQueryBlock), first_key = std::max<int64_t>(0, begin - window + 1);
+    const bool full = end - begin == kQueryBlock && first_key == begin - window + 1;
+    if (full && !steady.defined()) steady = additive(end - begin, end - first_key, begin, first_key);
+    const auto mask = full ? steady : additive(end - begin, end - first_key, begin, first_key);
+    blocks.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, end - begin),
+                                                      key.narrow(2, first_key, end - first_key),
+                                                      value.narrow(2, first_key, end - first_key), mask, 0.0,
+                                                      /*is_causal=*/false));
+  }
+  return at::cat(blocks, 2);
+}
+
 // The core on [batch, heads, seq, head_dim] without documents: the fused causal kernel, or a
-// boolean mask where a window cuts it.
+// boolean mask where a window cuts it (in blocks of queries on a long row).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value, int64_t sliding_window) {
   const int64_t seq = q.size(2);
   if (sliding_window > 0 && sliding_window < seq) {
+    if (seq > kMaskTokens) return attend_window_blocks(q, key, value, sliding_window);
     return at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, {}, q.options()), 0.0,
                                             /*is_causal=*/false);
   }
@@ -116,13 +154,18 @@ bool varlen_flash_applies(const at::Tensor& q) {
   return q.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && dim % 8 == 0 && dim <= 256;
 }
 
+// One document per row, for [batch, heads, seq, dim] queries: starts 0, seq, 2·seq, ...
+VarlenLayout row_layout(const at::Tensor& q) {
+  const int64_t batch = q.size(0), seq = q.size(2);
+  return {at::arange(0, (batch + 1) * seq, seq, q.options().dtype(at::kInt)), seq};
+}
+
 // [batch, heads, seq, dim] in, [batch, seq, heads × dim] out: each document of each row attends
 // only within itself through the varlen kernel.
 at::Tensor attend_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
-                         const at::Tensor& documents) {
+                         const VarlenLayout& layout) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
   auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({batch * seq, t.size(1), dim}).contiguous(); };
-  const auto layout = varlen_layout(documents);
   const int64_t window_left = sliding_window > 0 ? sliding_window - 1 : -1;  // i - j < window
   const auto out = VarlenFlashAttention::apply(tokens(q), tokens(k), tokens(v), layout.starts, layout.longest, window_left);
   return out.reshape({batch, seq, heads * dim});
@@ -133,13 +176,19 @@ at::Tensor attend_varlen(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
                             const at::Tensor& document_ids) {
   const int64_t heads = q.size(1), seq = q.size(2);
-  if (document_ids.defined() && varlen_flash_applies(q)) return attend_varlen(q, k, v, sliding_window, document_ids);
+  if (varlen_flash_applies(q)) {
+    if (document_ids.defined()) return attend_varlen(q, k, v, sliding_window, varlen_layout(document_ids));
+    // A window without documents: the same kernel, one document per row (its layout known on
+    // the host), instead of SDPA with a [seq, seq] mask.
+    if (sliding_window > 0 && sliding_window < seq) return attend_varlen(q, k, v, sliding_window, row_layout(q));
+  }
   // Each kv head serves heads / kv_heads consecutive query heads.
   const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
   at::Tensor out;
   if (!document_ids.defined()) {
     out = attend(q, key, value, sliding_window);
-  } else if (q.is_cpu() && documents_are_long(document_ids)) {
+  } else if (seq > kMaskTokens || (q.is_cpu() && documents_are_long(document_ids))) {
+    // A long row takes no mask: each document through the causal kernel (or window blocks).
     out = attend_per_document(q, key, value, sliding_window, document_ids);
   } else {
     // One call with a block-causal boolean mask: on the CPU LibTorch's flash kernel takes it, on a
