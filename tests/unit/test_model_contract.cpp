@@ -7,6 +7,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -353,8 +355,12 @@ TEST(LongRowAttention, EqualsTheRuleWrittenOut) {
 
 // ... and at 16,384 tokens the peak resident set of forward and backward grows by far less than
 // one [seq, seq] boolean mask (256 MiB; fp32 scores of one head would be 1 GiB): causal, a
-// sliding window, short packed documents.
+// sliding window, short packed documents; and with sinks (GPT-OSS) by far less than the scores.
 TEST(LongRowAttention, NoSeqBySeqTensorAt16kTokens) {
+  // Blocks of 1 MiB and more straight from mmap and back to the system when freed: glibc would
+  // otherwise raise its threshold to 32 MiB as such blocks are freed and keep the smaller blocks
+  // of later calls in its heap, where the resident set counts memory no tensor holds.
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
   const int64_t seq = 16384;
   auto q = at::randn({1, 2, seq, 16}).requires_grad_();
   auto k = at::randn({1, 1, seq, 16}).requires_grad_();
@@ -384,6 +390,54 @@ TEST(LongRowAttention, NoSeqBySeqTensorAt16kTokens) {
     std::printf("%s at %lld tokens: peak RSS grew by %lld MiB\n", name, static_cast<long long>(seq),
                 static_cast<long long>(growth >> 20));
     EXPECT_LT(growth, mask_bytes / 4) << name << ": peak RSS grew by " << (growth >> 20) << " MiB";
+  }
+  // With sinks: blocks of 256 queries, each block's scores 32 MiB here, made again in backward;
+  // the whole row's would be 2 GiB (two heads). Asked: under an eighth of that.
+  const auto sinks = at::zeros({2}).requires_grad_();
+  const int64_t before = peak_bytes();
+  const auto out = m::causal_attention_with_sinks(q, k, v, 0, sinks);
+  const auto grads = torch::autograd::grad({(out * weights).sum()}, {q, k, v, sinks});
+  const int64_t growth = peak_bytes() - before, whole_scores = 2 * seq * seq * 4;
+  std::printf("sinks at %lld tokens: peak RSS grew by %lld MiB\n", static_cast<long long>(seq),
+              static_cast<long long>(growth >> 20));
+  EXPECT_LT(growth, whole_scores / 8) << "sinks: peak RSS grew by " << (growth >> 20) << " MiB";
+}
+
+// GPT-OSS's attention with sinks on a long row: blocks of queries recomputed in backward
+// (model/blocks/token_tiles.hpp), equal to the whole-row computation — which short rows still
+// use — in outputs and in the gradients of q, k, v and the sinks, causal and with a window and
+// documents; and at 16,384 tokens no [seq, seq] tensor (one head's fp32 scores: 1 GiB).
+TEST(LongRowAttention, SinksInBlocksOfQueriesEqualTheWholeRow) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  const int64_t heads = 2, kv_heads = 1, dim = 8, seq = 4500;
+  auto q = at::randn({1, heads, seq, dim}, generator).requires_grad_();
+  auto k = at::randn({1, kv_heads, seq, dim}, generator).requires_grad_();
+  auto v = at::randn({1, kv_heads, seq, dim}, generator).requires_grad_();
+  auto sinks = at::randn({heads}, generator).requires_grad_();
+  const auto documents = at::arange(seq, at::kLong).div(700, "floor").unsqueeze(0);
+  for (const auto& [window, packed] : {std::pair{int64_t{0}, false}, std::pair{int64_t{300}, true}}) {
+    const auto ids = packed ? documents : at::Tensor();
+    const auto ours = m::causal_attention_with_sinks(q, k, v, window, sinks, ids);
+    // The reference, written out for the whole row.
+    const auto key = k.repeat_interleave(heads, 1), value = v.repeat_interleave(heads, 1);
+    auto scores = at::matmul(q, key.transpose(2, 3)) / std::sqrt(static_cast<double>(dim));
+    const auto i = at::arange(seq).unsqueeze(1), j = at::arange(seq).unsqueeze(0);
+    auto allowed = (j <= i).logical_and(window == 0 ? at::ones_like(i - j, at::kBool) : i - j < window);
+    if (packed) allowed = allowed.logical_and(documents[0].unsqueeze(1) == documents[0].unsqueeze(0));
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+    const auto with_sink = at::cat({scores, sinks.reshape({1, heads, 1, 1}).expand({1, heads, seq, 1})}, -1);
+    const auto reference = at::matmul(at::softmax(with_sink, -1).narrow(-1, 0, seq), value)
+                               .transpose(1, 2)
+                               .reshape({1, seq, heads * dim});
+    const std::string what = "window " + std::to_string(window) + (packed ? ", documents" : "");
+    EXPECT_LT((ours - reference).abs().max().item<double>(), 1e-5) << what;
+    const auto weights = at::randn(ours.sizes(), generator);
+    const auto ours_grads = torch::autograd::grad({(ours * weights).sum()}, {q, k, v, sinks});
+    const auto reference_grads = torch::autograd::grad({(reference * weights).sum()}, {q, k, v, sinks});
+    for (size_t g = 0; g < 4; ++g) {
+      const double scale = std::max(1.0, reference_grads[g].abs().max().item<double>());
+      EXPECT_LT((ours_grads[g] - reference_grads[g]).abs().max().item<double>(), 1e-4 * scale) << "gradient " << g << ", " << what;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "model/blocks/token_tiles.hpp"
 #include "model/blocks/varlen_layout.hpp"
 
 namespace superoffload::model {
@@ -199,22 +200,52 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return out.transpose(1, 2).reshape({q.size(0), seq, heads * q.size(3)});
 }
 
-}  // namespace superoffload::model
+namespace {
 
-namespace superoffload::model {
+// Queries [begin, begin + rows) (`q_rows`) against the keys they may see, with each head's sink
+// as an extra softmax column: [batch, heads, rows, head_dim].
+at::Tensor sink_attention_rows(const at::Tensor& q_rows, const at::Tensor& key, const at::Tensor& value,
+                               const at::Tensor& sinks, const at::Tensor& documents, int64_t window, int64_t begin) {
+  const int64_t batch = q_rows.size(0), heads = q_rows.size(1), rows = q_rows.size(2), head_dim = q_rows.size(3);
+  const int64_t end = begin + rows, first = window > 0 ? std::max<int64_t>(0, begin - window + 1) : 0;
+  const int64_t keys = end - first;
+  auto scores = at::matmul(q_rows, key.narrow(2, first, keys).transpose(2, 3)) *
+                (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  auto allowed = visibility(keys, window, {}, q_rows.options(), rows, begin, first);  // [rows, keys]
+  if (documents.defined()) {
+    const auto same = documents.narrow(1, begin, rows).unsqueeze(2).eq(documents.narrow(1, first, keys).unsqueeze(1));
+    allowed = allowed.unsqueeze(0).logical_and(same).unsqueeze(1);  // [batch, 1, rows, keys]
+  }
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  const auto sink = sinks.to(scores.scalar_type()).reshape({1, heads, 1, 1}).expand({batch, heads, rows, 1});
+  auto combined = at::cat({scores, sink}, -1);
+  combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+  const auto probs = at::softmax(combined, -1).narrow(-1, 0, keys).to(value.scalar_type());
+  return at::matmul(probs, value.narrow(2, first, keys));
+}
+
+}  // namespace
 
 at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                        int64_t sliding_window, const at::Tensor& sinks, const at::Tensor& document_ids) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
   const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
-  auto scores = at::matmul(q, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  scores = scores.masked_fill(visibility(seq, sliding_window, document_ids, q.options()).logical_not(),
-                              -std::numeric_limits<double>::infinity());
-  const auto sink = sinks.to(scores.scalar_type()).reshape({1, heads, 1, 1}).expand({batch, heads, seq, 1});
-  auto combined = at::cat({scores, sink}, -1);
-  combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
-  const auto probs = at::softmax(combined, -1).narrow(-1, 0, seq).to(value.scalar_type());
-  return at::matmul(probs, value).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+  at::Tensor out;
+  if (seq <= kMaskTokens) {
+    out = sink_attention_rows(q, key, value, sinks, document_ids, sliding_window, 0);
+  } else {
+    // A long row: blocks of queries, each block's scores (about 32 MiB in fp32) made in
+    // forward and again in backward, never the whole row's [seq, seq] (model/blocks/token_tiles.hpp).
+    const int64_t keys = sliding_window > 0 ? std::min(seq, sliding_window + kQueryBlock) : seq;
+    const int64_t rows = std::clamp<int64_t>((int64_t{32} << 20) / (4 * batch * heads * keys), 16, kQueryBlock);
+    const auto documents = document_ids;
+    out = over_tiles({q}, {key, value, sinks}, /*dim=*/2, rows,
+                     [documents, sliding_window](const std::vector<at::Tensor>& tile, const std::vector<at::Tensor>& whole,
+                                                 int64_t begin) {
+                       return sink_attention_rows(tile[0], whole[0], whole[1], whole[2], documents, sliding_window, begin);
+                     });
+  }
+  return out.transpose(1, 2).reshape({batch, seq, heads * head_dim});
 }
 
 namespace {

@@ -2,7 +2,7 @@
 // window, through at::scaled_dot_product_attention's fused kernels, or FlashAttention's
 // variable-length kernel for packed documents and sliding windows on a GPU in bf16/fp16. A row
 // of more than 4,096 tokens builds no [seq, seq] tensor on any device (windows in blocks of
-// queries, packed documents one by one) — except with sinks, below.
+// queries, packed documents one by one).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,8 +17,8 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& document_ids = {});
 
 // The same with a learned sink logit per head (GPT-OSS): an extra softmax column that takes
-// probability mass and is then dropped. Computed explicitly (no fused kernel has sinks): it
-// builds [batch, heads, seq, seq] scores, so it is not for long rows.
+// probability mass and is then dropped. Computed explicitly (no fused kernel has sinks): a
+// long row in blocks of queries whose scores (about 32 MiB each) are made again in backward.
 at::Tensor causal_attention_with_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                        int64_t sliding_window, const at::Tensor& sinks,
                                        const at::Tensor& document_ids = {});

@@ -26,4 +26,13 @@ namespace superoffload::model {
 using TokenwiseFunction = std::function<at::Tensor(const std::vector<at::Tensor>& tiles)>;
 at::Tensor over_token_tiles(const std::vector<at::Tensor>& inputs, int64_t tile_tokens, TokenwiseFunction fn);
 
+// The general form: `tiled` inputs are cut along dimension `dim` into tiles of `tile` (the
+// outputs are joined along it too); `whole` inputs go to every tile uncut, and their gradients
+// sum over the tiles (attention: queries tiled, keys and values whole). `fn` also gets the
+// tile's first index along `dim`.
+using TileFunction = std::function<at::Tensor(const std::vector<at::Tensor>& tiles, const std::vector<at::Tensor>& whole,
+                                              int64_t begin)>;
+at::Tensor over_tiles(const std::vector<at::Tensor>& tiled, const std::vector<at::Tensor>& whole, int64_t dim,
+                      int64_t tile, TileFunction fn);
+
 }  // namespace superoffload::model
