@@ -119,6 +119,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
                                                                        : tokens * (10 * h + 3 * i) * compute_bytes;
   // The MLP's three intermediates exist for one tile at a time when tiled.
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
+  p.mlp_tile_tokens = tile;
   const double mlp_tokens = tile > 0 ? std::min<double>(tokens, static_cast<double>(tile)) : tokens;
   const double working = (tokens * 10 * h + mlp_tokens * 3 * i) * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
@@ -210,12 +211,17 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
   if (p.host_activation_bytes > 0 && p.on_gpu) {
     // Out in forward, back in backward, beside the computation on a copy stream.
     std::ostringstream copies;
-    copies.precision(3);
+    copies << std::fixed;
+    copies.precision(0);
     const double moved = 2 * p.host_activation_bytes;
     copies << "per rank, activation offload: " << gib(moved) << " over the host link per micro-batch (out and back): "
            << moved / kNvlinkC2cBytesPerSecond * 1e3 << " ms at a GH200's 450 GB/s, "
            << moved / kPcie5BytesPerSecond * 1e3 << " ms at PCIe 5.0 x16's 64 GB/s";
     lines.push_back(copies.str());
+  }
+  if (p.mlp_tile_tokens > 0) {
+    lines.push_back("MLP tiles: " + std::to_string(p.mlp_tile_tokens) +
+                    " tokens at a time (activations count one tile's intermediates)");
   }
   if (p.nvme_bytes > 0) {
     lines.push_back("per rank, NVMe: optimizer state " + gib(p.nvme_bytes) + " (master and moments of the CPU share; "

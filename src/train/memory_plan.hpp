@@ -50,6 +50,7 @@ struct MemoryPlan {
   // [model] activation_offload = "host": every layer's checkpointed input, pinned; each
   // micro-batch copies it out in forward and back in backward (2 × these bytes over the link).
   double host_activation_bytes = 0;
+  int64_t mlp_tile_tokens = 0;  // [model] tile_tokens as resolved (mlp_tile_tokens below); 0: untiled
   // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they
   // are resident (measured in this process, which has them loaded), plus on GPU runs an
   // estimate of the CUDA runtime's host memory. For the tiny model it is most of the total.

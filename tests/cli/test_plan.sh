@@ -2,9 +2,23 @@
 # Memory estimates: `plan` prints per-GPU and per-node host memory for the seven reference jobs
 # on their GH200 counts (all fit), without a device gradient for the CPU share, and `train`
 # refuses a run that cannot fit this machine at start-up, before allocating, with the numbers
-# and what would make it fit.
+# and what would make it fit. Long context: 8B at 128k tokens fits one GH200 with activation
+# offload, not without.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
+
+# Long context (#50): Llama-3.1-8B at 128k tokens on one GH200 fits with its activation
+# checkpoints in host memory (32 GiB there, two layers' worth left on the device, the copies'
+# time stated) and MLP tiles of hidden_size tokens, and not without the offload.
+long=(configs/reference-models/llama-3.1-8b.toml --set data.seq_len=131072 --set training.train_micro_batch_size_per_gpu=1
+      --nodes 1 --gpus-per-node 1 --gpu-memory 96 --host-memory 480)
+out=$("$SO_BIN" plan "${long[@]}" --set model.activation_offload=\"host\" 2>&1) || fail "plan 8B at 128k, offloaded: $out"
+expect_contains "$out" "fits (with 5% headroom)" "8B at 128k tokens with activation offload"
+expect_contains "$out" "activation checkpoints 32.0 GiB" "the host holds every layer's input"
+expect_contains "$out" "64.0 GiB over the host link per micro-batch (out and back): 153 ms at a GH200's 450 GB/s" "copy time"
+expect_contains "$out" "MLP tiles: 4096 tokens at a time" "tiles chosen by the plan"
+out=$("$SO_BIN" plan "${long[@]}" 2>&1)
+expect_contains "$out" "does not fit" "8B at 128k tokens keeping its activations on the GPU"
 
 # The seven reference jobs on their GH200 counts (96 GB GPU, 480 GB host per GPU), from the
 # config.json files shipped under configs/models/ (a fresh clone has no model directory).
