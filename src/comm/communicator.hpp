@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace superoffload::comm {
 
@@ -41,6 +42,14 @@ class Communicator {
                                                ReduceOp op) = 0;
   virtual std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) = 0;
+  // Each rank sends send_counts[r] elements from send + send_offsets[r] to rank r, and receives
+  // recv_counts[r] elements from rank r at recv + recv_offsets[r] (counts and offsets in
+  // elements, known on every rank: where they depend on data, e.g. tokens per expert, the
+  // caller exchanges them first). Zero counts are allowed. The vectors are copied.
+  virtual std::unique_ptr<Work> all_to_all(const void* send, const std::vector<size_t>& send_counts,
+                                           const std::vector<size_t>& send_offsets, void* recv,
+                                           const std::vector<size_t>& recv_counts,
+                                           const std::vector<size_t>& recv_offsets, DataType type) = 0;
   virtual void barrier() = 0;
 
   // Blocking all-reduce of a few host values (token counts, loss sums, squared norms),

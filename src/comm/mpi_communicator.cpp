@@ -114,6 +114,7 @@ class MpiWork : public Work {
   size_t count = 0;
   DataType type = DataType::f32;               // the caller's type
   int average_over = 0;                        // > 0: divide the sum by this
+  std::vector<int> counts_and_offsets;         // all-to-all: MPI reads them until the call completes
 
   void wait() override {
     if (done_) return;
@@ -207,6 +208,29 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce(void* data, size_t count, Data
 std::unique_ptr<Work> MpiCommunicator::broadcast(void* data, size_t count, DataType type, int root) {
   auto work = std::make_unique<MpiWork>();
   SO_CHECK_MPI(MPI_Ibcast(data, checked_count(count), mpi_type(type), root, comm_, &work->request));
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_to_all(const void* send, const std::vector<size_t>& send_counts,
+                                                  const std::vector<size_t>& send_offsets, void* recv,
+                                                  const std::vector<size_t>& recv_counts,
+                                                  const std::vector<size_t>& recv_offsets, DataType type) {
+  const auto ranks = static_cast<size_t>(size_);
+  SO_CHECK(send_counts.size() == ranks && send_offsets.size() == ranks && recv_counts.size() == ranks &&
+               recv_offsets.size() == ranks,
+           "all_to_all: counts and offsets need one entry per rank (" << ranks << ")");
+  auto work = std::make_unique<MpiWork>();
+  // 16-bit floats travel as raw words: nothing is reduced.
+  auto& v = work->counts_and_offsets;
+  v.resize(4 * ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    v[r] = checked_count(send_counts[r]);
+    v[ranks + r] = checked_count(send_offsets[r]);
+    v[2 * ranks + r] = checked_count(recv_counts[r]);
+    v[3 * ranks + r] = checked_count(recv_offsets[r]);
+  }
+  SO_CHECK_MPI(MPI_Ialltoallv(send, v.data(), v.data() + ranks, mpi_type(type), recv, v.data() + 2 * ranks,
+                              v.data() + 3 * ranks, mpi_type(type), comm_, &work->request));
   return work;
 }
 

@@ -27,6 +27,10 @@ class MpiCommunicator : public Communicator {
                                        ReduceOp op) override;
   std::unique_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(void* data, size_t count, DataType type, int root) override;
+  std::unique_ptr<Work> all_to_all(const void* send, const std::vector<size_t>& send_counts,
+                                   const std::vector<size_t>& send_offsets, void* recv,
+                                   const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_offsets,
+                                   DataType type) override;
   void barrier() override;
   void all_reduce_host(double* values, size_t count, ReduceOp op) override;
 

@@ -113,6 +113,33 @@ std::unique_ptr<Work> NcclCommunicator::broadcast(void* data, size_t count, Data
   return run([&](cudaStream_t s) { SO_CHECK_NCCL(ncclBroadcast(data, data, count, nccl_type(type), root, comm_, s)); });
 }
 
+std::unique_ptr<Work> NcclCommunicator::all_to_all(const void* send, const std::vector<size_t>& send_counts,
+                                                   const std::vector<size_t>& send_offsets, void* recv,
+                                                   const std::vector<size_t>& recv_counts,
+                                                   const std::vector<size_t>& recv_offsets, DataType type) {
+  const auto ranks = static_cast<size_t>(size_);
+  SO_CHECK(send_counts.size() == ranks && send_offsets.size() == ranks && recv_counts.size() == ranks &&
+               recv_offsets.size() == ranks,
+           "all_to_all: counts and offsets need one entry per rank (" << ranks << ")");
+  const size_t bytes = size_of(type);
+  return run([&](cudaStream_t s) {
+    // Point-to-point pairs in one group: NCCL has no all-to-all with variable counts of its own.
+    SO_CHECK_NCCL(ncclGroupStart());
+    for (size_t r = 0; r < ranks; ++r) {
+      const int peer = static_cast<int>(r);
+      if (send_counts[r] > 0) {
+        SO_CHECK_NCCL(ncclSend(static_cast<const char*>(send) + send_offsets[r] * bytes, send_counts[r] * bytes,
+                               ncclUint8, peer, comm_, s));
+      }
+      if (recv_counts[r] > 0) {
+        SO_CHECK_NCCL(ncclRecv(static_cast<char*>(recv) + recv_offsets[r] * bytes, recv_counts[r] * bytes, ncclUint8,
+                               peer, comm_, s));
+      }
+    }
+    SO_CHECK_NCCL(ncclGroupEnd());
+  });
+}
+
 void NcclCommunicator::barrier() {
   // A one-element all-reduce, waited for on the host.
   SO_CHECK_CUDA(cudaSetDevice(device_));

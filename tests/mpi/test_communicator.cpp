@@ -1,7 +1,7 @@
 // The MPI communicator under mpirun: every collective against values computed by hand;
 // bf16 sums are accumulated in fp32 (a bf16-by-bf16 sum over ranks would lose the small
 // contributions), averages divide by the world size, and several collectives may be in
-// flight at once.
+// flight at once; all-to-all with variable counts and offsets, on the world and on groups.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -60,6 +60,61 @@ TEST(MpiCommunicator, Bf16IsReducedInFp32) {
   const float expected = so::comm::bf16_to_float(so::comm::float_to_bf16(256.0f + static_cast<float>(n - 1)));
   EXPECT_EQ(so::comm::bf16_to_float(data[0]), expected);
   if (n == 4) EXPECT_EQ(expected, 260.0f);
+}
+
+// Variable counts, as expert parallelism sends tokens to experts' ranks: rank s sends (s + d) % 3
+// elements to rank d (some zero), laid out in reverse rank order with a gap, so offsets matter;
+// each element says where it came from and its place. bf16 words travel unchanged. Ranks of a
+// sub-communicator (MPI_Comm_split, as an expert- or sequence-parallel group) exchange among
+// themselves only.
+TEST(MpiCommunicator, AllToAllWithVariableCountsAndOffsets) {
+  auto exchange = [](so::comm::Communicator& comm, int tag) {
+    const auto n = static_cast<size_t>(comm.size());
+    const auto me = static_cast<size_t>(comm.rank());
+    auto count = [](size_t from, size_t to) { return (from + to) % 3; };
+    std::vector<size_t> send_counts(n), send_offsets(n), recv_counts(n), recv_offsets(n);
+    size_t at = 0;
+    for (size_t d = n; d-- > 0;) {  // reverse order, one element of gap after each block
+      send_counts[d] = count(me, d);
+      send_offsets[d] = at;
+      at += send_counts[d] + 1;
+    }
+    std::vector<float> send(at, -1.0f);
+    for (size_t d = 0; d < n; ++d) {
+      for (size_t i = 0; i < send_counts[d]; ++i) send[send_offsets[d] + i] = static_cast<float>(tag + 100 * me + 10 * d + i);
+    }
+    size_t total = 0;
+    for (size_t s = 0; s < n; ++s) {
+      recv_counts[s] = count(s, me);
+      recv_offsets[s] = total;
+      total += recv_counts[s];
+    }
+    std::vector<float> recv(total, -2.0f);
+    comm.all_to_all(send.data(), send_counts, send_offsets, recv.data(), recv_counts, recv_offsets, DataType::f32)->wait();
+    for (size_t s = 0; s < n; ++s) {
+      for (size_t i = 0; i < recv_counts[s]; ++i) {
+        EXPECT_EQ(recv[recv_offsets[s] + i], static_cast<float>(tag + 100 * s + 10 * me + i)) << "from " << s << ", " << i;
+      }
+    }
+    // 16-bit words, one per peer.
+    std::vector<size_t> ones(n, 1), offsets(n);
+    std::iota(offsets.begin(), offsets.end(), size_t{0});
+    std::vector<uint16_t> words(n), got(n);
+    for (size_t d = 0; d < n; ++d) words[d] = so::comm::float_to_bf16(static_cast<float>(me * n + d) + 0.5f);
+    comm.all_to_all(words.data(), ones, offsets, got.data(), ones, offsets, DataType::bf16)->wait();
+    for (size_t s = 0; s < n; ++s) EXPECT_EQ(got[s], so::comm::float_to_bf16(static_cast<float>(s * n + me) + 0.5f));
+  };
+  so::comm::MpiCommunicator world(g_world->world());
+  exchange(world, 0);
+  // Groups of two consecutive ranks.
+  MPI_Comm pairs = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(g_world->world(), world.rank() / 2, world.rank(), &pairs), MPI_SUCCESS);
+  {
+    so::comm::MpiCommunicator group(pairs);
+    EXPECT_EQ(group.size(), std::min(2, world.size() - world.rank() / 2 * 2));
+    exchange(group, 1000);
+  }
+  MPI_Comm_free(&pairs);
 }
 
 TEST(MpiCommunicator, AllReduceMaxAndBroadcast) {
