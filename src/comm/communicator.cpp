@@ -1,5 +1,7 @@
-// Data type facts shared by the backends.
+// Data type facts and argument checks shared by the backends.
 #include "comm/communicator.hpp"
+
+#include "base/error.hpp"
 
 namespace superoffload::comm {
 
@@ -27,6 +29,15 @@ const char* name_of(DataType type) {
     case DataType::u8: return "u8";
   }
   return "?";
+}
+
+void check_all_to_all_layout(int ranks, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_offsets,
+                             const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_offsets) {
+  const auto n = static_cast<size_t>(ranks);
+  SO_CHECK(send_counts.size() == n && send_offsets.size() == n && recv_counts.size() == n && recv_offsets.size() == n,
+           "all_to_all: counts and offsets need one entry per rank (" << ranks << "), not " << send_counts.size() << ", "
+                                                                     << send_offsets.size() << ", " << recv_counts.size()
+                                                                     << " and " << recv_offsets.size());
 }
 
 }  // namespace superoffload::comm

@@ -14,6 +14,9 @@ namespace superoffload::comm {
 enum class DataType { f64, f32, bf16, f16, i64, i32, u8 };
 size_t size_of(DataType type);
 const char* name_of(DataType type);
+// For the backends' all_to_all: one count and one offset per rank in each vector, or a clear error.
+void check_all_to_all_layout(int ranks, const std::vector<size_t>& send_counts, const std::vector<size_t>& send_offsets,
+                             const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_offsets);
 
 enum class ReduceOp { sum, avg, max };
 

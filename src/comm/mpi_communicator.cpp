@@ -216,9 +216,7 @@ std::unique_ptr<Work> MpiCommunicator::all_to_all(const void* send, const std::v
                                                   const std::vector<size_t>& recv_counts,
                                                   const std::vector<size_t>& recv_offsets, DataType type) {
   const auto ranks = static_cast<size_t>(size_);
-  SO_CHECK(send_counts.size() == ranks && send_offsets.size() == ranks && recv_counts.size() == ranks &&
-               recv_offsets.size() == ranks,
-           "all_to_all: counts and offsets need one entry per rank (" << ranks << ")");
+  check_all_to_all_layout(size_, send_counts, send_offsets, recv_counts, recv_offsets);
   auto work = std::make_unique<MpiWork>();
   // 16-bit floats travel as raw words: nothing is reduced.
   auto& v = work->counts_and_offsets;

@@ -118,9 +118,7 @@ std::unique_ptr<Work> NcclCommunicator::all_to_all(const void* send, const std::
                                                    const std::vector<size_t>& recv_counts,
                                                    const std::vector<size_t>& recv_offsets, DataType type) {
   const auto ranks = static_cast<size_t>(size_);
-  SO_CHECK(send_counts.size() == ranks && send_offsets.size() == ranks && recv_counts.size() == ranks &&
-               recv_offsets.size() == ranks,
-           "all_to_all: counts and offsets need one entry per rank (" << ranks << ")");
+  check_all_to_all_layout(size_, send_counts, send_offsets, recv_counts, recv_offsets);
   const size_t bytes = size_of(type);
   return run([&](cudaStream_t s) {
     // Point-to-point pairs in one group: NCCL has no all-to-all with variable counts of its own.

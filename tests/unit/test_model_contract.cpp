@@ -18,6 +18,7 @@
 #include "model/blocks/decoder_layers.hpp"
 #include "model/load_balancing.hpp"
 #include "model_io/load_model.hpp"
+#include "peak_rss.hpp"
 
 namespace m = superoffload::model;
 
@@ -149,21 +150,9 @@ TEST_F(ModelContract, LongSequenceLossHoldsOneChunkOfLogitsAtATime) {
   const auto labels = at::randint(0, kVocab, {1, kSeq}, at::kLong);
   m::BatchContext context;
   context.position_ids = at::arange(kSeq, at::kLong).unsqueeze(0);
-  auto peak_bytes = [] {
-    std::ifstream status("/proc/self/status");
-    std::string key;
-    int64_t kib = 0;
-    while (status >> key) {
-      if (key == "VmHWM:") {
-        status >> kib;
-        return kib * 1024;
-      }
-    }
-    return int64_t{0};
-  };
-  const int64_t before = peak_bytes();
+  const int64_t before = superoffload::testing::peak_rss_bytes();
   const auto [sum, hidden_grad] = head->loss_and_backward(hidden, labels, /*chunk_tokens=*/1024, 1.0 / kSeq, context);
-  const int64_t growth = peak_bytes() - before;
+  const int64_t growth = superoffload::testing::peak_rss_bytes() - before;
   const int64_t whole_logits = kSeq * kVocab * 4;
   EXPECT_GT(before, 0) << "VmHWM unreadable";
   EXPECT_LT(growth, whole_logits * 3 / 8) << "peak RSS grew by " << growth / (1 << 20) << " MiB; one sequence's logits are "
@@ -367,26 +356,14 @@ TEST(LongRowAttention, NoSeqBySeqTensorAt16kTokens) {
   auto v = at::randn({1, 1, seq, 16}).requires_grad_();
   auto documents = at::arange(seq, at::kLong).div(100, "floor").unsqueeze(0);  // documents of 100 tokens
   const auto weights = at::randn({1, seq, 32});
-  auto peak_bytes = [] {
-    std::ifstream status("/proc/self/status");
-    std::string key;
-    int64_t kib = 0;
-    while (status >> key) {
-      if (key == "VmHWM:") {
-        status >> kib;
-        return kib * 1024;
-      }
-    }
-    return int64_t{0};
-  };
   const int64_t mask_bytes = seq * seq;
   for (const auto& [name, window, packed] : {std::tuple{"causal", int64_t{0}, false},
                                              std::tuple{"window 512", int64_t{512}, false},
                                              std::tuple{"documents of 100 tokens", int64_t{0}, true}}) {
-    const int64_t before = peak_bytes();
+    const int64_t before = superoffload::testing::peak_rss_bytes();
     const auto out = m::causal_attention(q, k, v, window, packed ? documents : at::Tensor());
     const auto grads = torch::autograd::grad({(out * weights).sum()}, {q, k, v});
-    const int64_t growth = peak_bytes() - before;
+    const int64_t growth = superoffload::testing::peak_rss_bytes() - before;
     std::printf("%s at %lld tokens: peak RSS grew by %lld MiB\n", name, static_cast<long long>(seq),
                 static_cast<long long>(growth >> 20));
     EXPECT_LT(growth, mask_bytes / 4) << name << ": peak RSS grew by " << (growth >> 20) << " MiB";
@@ -394,10 +371,10 @@ TEST(LongRowAttention, NoSeqBySeqTensorAt16kTokens) {
   // With sinks: blocks of 256 queries, each block's scores 32 MiB here, made again in backward;
   // the whole row's would be 2 GiB (two heads). Asked: under an eighth of that.
   const auto sinks = at::zeros({2}).requires_grad_();
-  const int64_t before = peak_bytes();
+  const int64_t before = superoffload::testing::peak_rss_bytes();
   const auto out = m::causal_attention_with_sinks(q, k, v, 0, sinks);
   const auto grads = torch::autograd::grad({(out * weights).sum()}, {q, k, v, sinks});
-  const int64_t growth = peak_bytes() - before, whole_scores = 2 * seq * seq * 4;
+  const int64_t growth = superoffload::testing::peak_rss_bytes() - before, whole_scores = 2 * seq * seq * 4;
   std::printf("sinks at %lld tokens: peak RSS grew by %lld MiB\n", static_cast<long long>(seq),
               static_cast<long long>(growth >> 20));
   EXPECT_LT(growth, whole_scores / 8) << "sinks: peak RSS grew by " << (growth >> 20) << " MiB";

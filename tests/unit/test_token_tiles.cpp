@@ -15,6 +15,7 @@
 #include "base/logging.hpp"
 #include "model/blocks/token_tiles.hpp"
 #include "model_io/load_model.hpp"
+#include "peak_rss.hpp"
 
 namespace m = superoffload::model;
 namespace fs = std::filesystem;
@@ -128,19 +129,6 @@ TEST_F(TiledBlocks, EveryFamilysBlockEqualsItsUntiledSelf) {
   }
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  int64_t kib = 0;
-  while (status >> key) {
-    if (key == "VmHWM:") {
-      status >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
-
 // 8,192 tokens (64 rows of 128: attention stays small) through a Llama block whose MLP is
 // 16,384 wide: each tokens × intermediate tensor is 512 MiB. Measured here (Sapphire Rapids):
 // untiled, the peak RSS grows by 3,121 MiB (six of them); in tiles of 128, 512, 1,024 and 2,048
@@ -159,9 +147,9 @@ TEST_F(TiledBlocks, ALongMicroBatchNeverHoldsTheWholeIntermediate) {
   const auto x = at::randn({64, 128, 64});
   const auto upstream = at::randn({64, 128, 64});
   constexpr int64_t tile = 256;
-  const int64_t before = peak_rss_bytes();
+  const int64_t before = superoffload::testing::peak_rss_bytes();
   const auto r = run_block(block, x, upstream, tile);
-  const int64_t growth = peak_rss_bytes() - before;
+  const int64_t growth = superoffload::testing::peak_rss_bytes() - before;
   const int64_t whole_intermediate = int64_t{8192} * 16384 * 4;
   EXPECT_GT(before, 0) << "VmHWM unreadable";
   EXPECT_LT(growth, whole_intermediate / 2) << "peak RSS grew by " << growth / (1 << 20) << " MiB with tiles of " << tile

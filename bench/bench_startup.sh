@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Start-up benchmark (#52; a benchmark, not a test): seconds from the process's start to the end
+# of step 1 of a 1.1B Llama (TinyLlama's shape, bf16 safetensors in 2 shards; the ~1.5B the issue
+# names needs ~25 GB of optimizer state, more than a 24 GiB machine), at 1 and 2 ranks, from HF
+# safetensors and from a checkpoint, with the page cache cold (dropped: root only, else said) and
+# warm. Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
+# checkpoint) phase with its GB/s, and the share of everything but reading and step 1. Baselines
+# measured in the same run: the same files read by cat (cold, and warm: a copy out of the page
+# cache), and plain LibTorch loading them (safetensors.torch.load_file, then load_state_dict
+# into an HF model built on the meta device).
+#
+#   bench/bench_startup.sh [WORKDIR]    (default /tmp/bench_startup: ~20 GB of disk)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+work=${1:-/tmp/bench_startup}
+bin=$root/build/bin/superoffload
+py=$root/.venv/bin/python
+[[ -x $bin ]] || { echo "build first: scripts/test or cmake --build build" >&2; exit 1; }
+source "$root/scripts/mpi-env.sh"
+mkdir -p "$work"
+cd "$root"
+
+simd=none
+for flag in sve asimd avx2 avx512f amx_tile; do grep -qw "$flag" /proc/cpuinfo && simd=$flag; done
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, widest SIMD: $simd"
+
+can_drop=false
+if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then can_drop=true; fi
+$can_drop || echo "note: the page cache cannot be dropped here (not root?): 'cold' rows are warm"
+drop() { if $can_drop; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
+
+model=$work/model
+if [[ ! -f $model/model.safetensors.index.json ]]; then
+  echo "writing the 1.1B model to $model ..."
+  "$py" - "$model" <<'PY'
+import json, os, sys, torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                     num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+                     tie_word_embeddings=False, torch_dtype="bfloat16")
+config.architectures = ["LlamaForCausalLM"]
+with torch.device("meta"):
+    shapes = {name: p.shape for name, p in LlamaForCausalLM(config).named_parameters()}
+generator = torch.Generator().manual_seed(0)
+shards, current, size, index = [], {}, 0, {}
+for name, shape in shapes.items():
+    t = torch.randn(shape, generator=generator).mul_(0.02).to(torch.bfloat16)
+    if name.endswith("norm.weight"):
+        t = torch.ones(shape, dtype=torch.bfloat16)
+    current[name] = t
+    size += t.numel() * 2
+    if size > 1_200_000_000:
+        shards.append(current)
+        current, size = {}, 0
+shards.append(current)
+for i, tensors in enumerate(shards):
+    file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+    save_file(tensors, os.path.join(out, file), metadata={"format": "pt"})
+    index.update({name: file for name in tensors})
+json.dump({"metadata": {}, "weight_map": index}, open(os.path.join(out, "model.safetensors.index.json"), "w"))
+config.save_pretrained(out)
+PY
+fi
+bytes=$(cat "$model"/*.safetensors | wc -c)
+"$root/build/bin/superoffload_demo_corpus" "$work/corpus.jsonl" --tokens 20000 > /dev/null
+
+seconds_of() { local t0=$EPOCHREALTIME; "$@" > /dev/null; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }'; }
+drop
+cat_cold=$(seconds_of cat "$model"/*.safetensors)
+cat_warm=$(seconds_of cat "$model"/*.safetensors)
+torch_load() {
+  "$py" - "$model" <<'PY'
+import glob, sys, time, torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, LlamaForCausalLM
+start = time.perf_counter()
+with torch.device("meta"):
+    model = LlamaForCausalLM(AutoConfig.from_pretrained(sys.argv[1]))
+state = {}
+for file in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+    state.update(load_file(file))
+model.load_state_dict(state, assign=True)
+print(time.perf_counter() - start)
+PY
+}
+drop
+torch_cold=$(torch_load)
+torch_warm=$(torch_load)
+
+# One run: ranks, source (safetensors | checkpoint), cache (cold | warm). Prints the row.
+common=(configs/tiny.toml --set model.path="$model" --set data.path="$work/corpus.jsonl"
+        --set data.tokenizer=\"configs/models/tiny-llama\" --set data.seq_len=64
+        --set training.train_micro_batch_size_per_gpu=1 --set training.gradient_accumulation_steps=1
+        --set offload.optimizer_state_dtype=\"bf16\" --set metrics.flush_every_steps=1)
+run() {
+  local ranks=$1 source=$2 cache=$3 out=$work/run_${1}_$2
+  if [[ $source == safetensors ]]; then
+    rm -rf "$out"
+    set -- "${common[@]}" --set model.init=\"pretrained\" --set training.max_steps=1 --set checkpoint.save_on_exit=false
+  else
+    # A checkpoint of step 1 (written once), resumed for step 2; the resumed run's metrics go
+    # to a copy of the directory so that the checkpoint stays as written.
+    if [[ ! -d $work/ckpt_$ranks/checkpoints ]]; then
+      rm -rf "$work/ckpt_$ranks"
+      mpirun -np "$ranks" --oversubscribe "$bin" train "${common[@]}" --set model.init=\"pretrained\" \
+        --set training.max_steps=1 --set training.output_dir="$work/ckpt_$ranks" > "$work/ckpt_$ranks.log" 2>&1
+    fi
+    rm -rf "$out" && cp -r "$work/ckpt_$ranks" "$out" && rm -f "$out/metrics.h5"
+    set -- "${common[@]}" --set training.max_steps=2 --set checkpoint.save_on_exit=false
+  fi
+  [[ $cache == cold ]] && drop
+  mpirun -np "$ranks" --oversubscribe "$bin" train "$@" --set training.output_dir="$out" > "$out.log" 2>&1 \
+    || { echo "run $ranks $source $cache failed: $(tail -3 "$out.log")" >&2; return 1; }
+  local checkpoint_bytes=0
+  [[ $source == checkpoint ]] && checkpoint_bytes=$(du -sb "$work/ckpt_$ranks/checkpoints" | cut -f1)
+  "$py" - "$out/metrics.h5" "$ranks" "$source" "$cache" "$bytes" "$cat_cold" "$cat_warm" "$checkpoint_bytes" <<'PY'
+import json, math, sys, h5py
+path, ranks, source, cache, size, cat_cold, cat_warm = sys.argv[1:8]
+size, baseline = int(size), float(cat_cold if cache == "cold" else cat_warm)
+with h5py.File(path, "r") as f:
+    names = json.loads(f["startup/seconds"].attrs["phases"])
+    seconds, read = f["startup/seconds"][...], f["startup/bytes_read"][...]
+total = float(sum(s for s in seconds if not math.isnan(s)))
+reading = [i for i, n in enumerate(names) if n in ("weights read", "checkpoint resume")]
+read_s = float(sum(seconds[i] for i in reading)) if reading else float("nan")
+read_b = float(sum(read[i] for i in reading if not math.isnan(read[i]))) if reading else 0.0
+if source == "checkpoint" and read_b == 0.0:  # the timeline counts no bytes for a resume: the files'
+    read_b = float(sys.argv[8])
+gbps = read_b / read_s / 1e9 if read_s > 0 and read_b > 0 else float("nan")
+base_gbps = size / baseline / 1e9
+step = float(seconds[names.index("first step")]) if "first step" in names else 0.0
+other = total - step - (read_s if not math.isnan(read_s) else 0.0)
+phase = names[reading[0]] if reading else "(no read phase)"
+print(f"{source:11s} {ranks:>5s} {cache:5s} {total:8.2f} {phase:>16s} {read_s:7.2f} {read_b / 1e9:7.2f} {gbps:6.2f} "
+      f"{gbps / base_gbps:7.2f} {step:8.2f} {100 * other / total:6.1f}%")
+PY
+}
+
+echo
+echo "weights: $(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }') GB in $(ls "$model"/*.safetensors | wc -l) files"
+awk -v b="$bytes" -v c="$cat_cold" -v w="$cat_warm" -v tc="$torch_cold" -v tw="$torch_warm" 'BEGIN {
+  printf "baseline cat, cold: %.2f s (%.2f GB/s); warm (page-cache copy): %.2f s (%.2f GB/s)\n", c, b / c / 1e9, w, b / w / 1e9
+  printf "baseline plain LibTorch (load_file + load_state_dict): cold %.2f s (%.2f GB/s), warm %.2f s (%.2f GB/s)\n",
+         tc, b / tc / 1e9, tw, b / tw / 1e9 }'
+echo
+echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  vs cat  step 1 s  other"
+for ranks in 1 2; do
+  for source in safetensors checkpoint; do
+    for cache in cold warm; do run "$ranks" "$source" "$cache"; done
+  done
+done
+echo
+echo "read GB/s per rank's own bytes; 'vs cat': that against cat's GB/s of the whole files at the same cache state;"
+echo "'other': the share of the start-up that is neither reading nor step 1 (goal <= 20%)."
