@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Start-up benchmark (#52; a benchmark, not a test): seconds from the process's start to the end
-# of step 1 of a 1.1B Llama (TinyLlama's shape, bf16 safetensors in 2 shards; the ~1.5B the issue
-# names needs ~25 GB of optimizer state, more than a 24 GiB machine), at 1 and 2 ranks, from HF
-# safetensors and from a checkpoint, with the page cache cold (dropped: root only, else said) and
+# of step 1 of a Llama in bf16 safetensors — 0.55B by default (hidden 1536, 16 layers);
+# SO_BENCH_SHAPE=1.1b for TinyLlama's shape, whose run peaked at 23.7 GB of RSS at 1 rank (a 24 GiB
+# machine cannot take the ~1.5B the issue names) — at 1 and 2 ranks, from HF safetensors and
+# from a checkpoint, with the page cache cold (dropped: root only, else said) and
 # warm. Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
 # checkpoint) phase with its GB/s, and the share of everything but reading and step 1. Baselines
 # measured in the same run: the same files read by cat (cold, and warm: a copy out of the page
 # cache), and plain LibTorch loading them (safetensors.torch.load_file, then load_state_dict
 # into an HF model built on the meta device).
 #
-#   bench/bench_startup.sh [WORKDIR]    (default /tmp/bench_startup: ~20 GB of disk)
+#   bench/bench_startup.sh [WORKDIR]    (default /tmp/bench_startup: ~10 GB of disk, 20 GB at 1.1b)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=${1:-/tmp/bench_startup}
@@ -29,17 +30,24 @@ if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then can_drop=true; 
 $can_drop || echo "note: the page cache cannot be dropped here (not root?): 'cold' rows are warm"
 drop() { if $can_drop; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
 
-model=$work/model
+shape=${SO_BENCH_SHAPE:-0.55b}
+case $shape in
+  0.55b) dims="1536 4096 16 24 8" ;;
+  1.1b) dims="2048 5632 22 32 4" ;;
+  *) echo "SO_BENCH_SHAPE: 0.55b or 1.1b, not $shape" >&2; exit 2 ;;
+esac
+model=$work/model_$shape
 if [[ ! -f $model/model.safetensors.index.json ]]; then
-  echo "writing the 1.1B model to $model ..."
-  "$py" - "$model" <<'PY'
+  echo "writing the $shape model to $model ..."
+  "$py" - "$model" $dims <<'PY'
 import json, os, sys, torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 out = sys.argv[1]
+hidden, intermediate, layers, heads, kv_heads = map(int, sys.argv[2:7])
 os.makedirs(out, exist_ok=True)
-config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
-                     num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+config = LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                     num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=2048,
                      tie_word_embeddings=False, torch_dtype="bfloat16")
 config.architectures = ["LlamaForCausalLM"]
 with torch.device("meta"):
@@ -52,7 +60,7 @@ for name, shape in shapes.items():
         t = torch.ones(shape, dtype=torch.bfloat16)
     current[name] = t
     size += t.numel() * 2
-    if size > 1_200_000_000:
+    if size > 600_000_000:
         shards.append(current)
         current, size = {}, 0
 shards.append(current)
@@ -74,14 +82,15 @@ cat_warm=$(seconds_of cat "$model"/*.safetensors)
 torch_load() {
   "$py" - "$model" <<'PY'
 import glob, sys, time, torch
-from safetensors.torch import load_file
+from safetensors.torch import load
 from transformers import AutoConfig, LlamaForCausalLM
 start = time.perf_counter()
 with torch.device("meta"):
     model = LlamaForCausalLM(AutoConfig.from_pretrained(sys.argv[1]))
 state = {}
 for file in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
-    state.update(load_file(file))
+    with open(file, "rb") as f:  # read whole (load_file would map the file and read nothing yet)
+        state.update(load(f.read()))
 model.load_state_dict(state, assign=True)
 print(time.perf_counter() - start)
 PY
@@ -140,10 +149,10 @@ PY
 }
 
 echo
-echo "weights: $(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }') GB in $(ls "$model"/*.safetensors | wc -l) files"
+echo "model: $shape; weights: $(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }') GB in $(ls "$model"/*.safetensors | wc -l) files"
 awk -v b="$bytes" -v c="$cat_cold" -v w="$cat_warm" -v tc="$torch_cold" -v tw="$torch_warm" 'BEGIN {
   printf "baseline cat, cold: %.2f s (%.2f GB/s); warm (page-cache copy): %.2f s (%.2f GB/s)\n", c, b / c / 1e9, w, b / w / 1e9
-  printf "baseline plain LibTorch (load_file + load_state_dict): cold %.2f s (%.2f GB/s), warm %.2f s (%.2f GB/s)\n",
+  printf "baseline plain LibTorch (read, safetensors load, load_state_dict): cold %.2f s (%.2f GB/s), warm %.2f s (%.2f GB/s)\n",
          tc, b / tc / 1e9, tw, b / tw / 1e9 }'
 echo
 echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  vs cat  step 1 s  other"

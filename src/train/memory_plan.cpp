@@ -142,9 +142,14 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient (4) and bf16 staging (2)
   // of the CPU share. With the NVMe tier master and moments live in the file, and the host
   // holds buffer_count sub-groups' worth of them.
+  // A CPU run's optimizer shares the engine's memory (optim/offload_optimizer.cpp): in fp32 the
+  // master is the engine's shard, and the bf16 copy is the shard itself — counted above with
+  // the model, not again here.
   const double moment_bytes = cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 ? 4 : 8;
-  const double state_bytes = (4 + moment_bytes) * n * cpu_share;
-  p.host_optimizer_bytes = (4 + (cfg.precision.bf16 ? 2 : 0)) * n * cpu_share;
+  const bool shares_engine_memory = !on_gpu;
+  const bool master_is_shard = shares_engine_memory && !cfg.precision.bf16;
+  const double state_bytes = ((master_is_shard ? 0 : 4) + moment_bytes) * n * cpu_share;
+  p.host_optimizer_bytes = (4 + (cfg.precision.bf16 && !shares_engine_memory ? 2 : 0)) * n * cpu_share;
   if (nvme) {
     p.nvme_bytes = state_bytes;
     const double sub_group = std::min(n * cpu_share, static_cast<double>(cfg.zero.sub_group_size));
