@@ -121,11 +121,9 @@ class Block : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto h = x + attn->forward((*ln_1)(x), context.document_ids);
-    const auto normed = (*ln_2)(h);
     const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
-    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
-                                             [m](const std::vector<at::Tensor>& tile) { return m->forward(tile[0]); });
-    return h + out.view(h.sizes());
+    return h + model::over_token_tiles((*ln_2)(h), context.tile_tokens,
+                                       [m](const at::Tensor& tokens) { return m->forward(tokens); });
   }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;

@@ -133,11 +133,9 @@ class DecoderBlock : public model::Layer {
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
     const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
-    const auto normed = (*post_attention_layernorm)(h);
     const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
-    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
-                                             [m](const std::vector<at::Tensor>& tile) { return m->forward(tile[0]); });
-    return h + out.view(h.sizes());
+    return h + model::over_token_tiles((*post_attention_layernorm)(h), context.tile_tokens,
+                                       [m](const at::Tensor& tokens) { return m->forward(tokens); });
   }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<Mlp> mlp;

@@ -295,9 +295,8 @@ class DecoderBlock : public model::Layer {
     const auto normed = (*post_attention_layernorm)(h);
     if (moe) return h + moe->forward(normed, context);
     const auto* mlp = dense.get();  // outlives backward's recompute of each tile
-    const auto out = model::over_token_tiles({normed.reshape({-1, normed.size(-1)})}, context.tile_tokens,
-                                             [mlp](const std::vector<at::Tensor>& tile) { return mlp->forward(tile[0]); });
-    return h + out.view(h.sizes());
+    return h + model::over_token_tiles(normed, context.tile_tokens,
+                                       [mlp](const at::Tensor& tokens) { return mlp->forward(tokens); });
   }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<SparseMoe> moe;

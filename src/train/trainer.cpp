@@ -172,7 +172,7 @@ void check_model_buildable(const config::Config& cfg) {
   throw Error(message.str(), "check the sizes in config.json", Error::UserInput{});
 }
 
-// Tests only (tests/cli/test_activation_offload.sh): SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS
+// Tests only (tests/cli/test_long_context.sh): SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS
 // makes every activation offload copy of a CPU run start that late, so a recompute that did not
 // wait for its input would read a buffer not yet written.
 std::chrono::milliseconds activation_copy_delay() {

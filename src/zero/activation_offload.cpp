@@ -14,8 +14,9 @@ namespace superoffload::zero {
 
 ActivationOffload::ActivationOffload(at::Device device, bool pin, std::chrono::milliseconds copy_delay)
     : device_(device),
-      memory_(pin && !device.is_cpu(), 0, "activation checkpoints in host memory",
-              "[model] activation_offload = \"none\" (or raise the limit)"),
+      // Sizes are known only as layers store: no RLIMIT_MEMLOCK check up front; a buffer that
+      // cannot be pinned falls back to plain memory, with a warning.
+      memory_(pin && !device.is_cpu(), 0, "activation checkpoints in host memory", "[offload] pin_memory"),
       copy_delay_(copy_delay) {
   if (device_.is_cpu()) {
     worker_ = std::thread([this] { worker_loop(); });

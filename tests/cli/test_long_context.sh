@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long-context training, on the CPU (#50). Activation checkpoints in host memory ([model]
-# activation_offload = "host"): on the CPU
-# the same store / prefetch / take path runs with host-to-host copies on a copy thread. Two
+# activation_offload = "host"): on the CPU the same store / prefetch / take path runs with
+# host-to-host copies on a copy thread. Two
 # ranks, two micro-batches per step (buffers reused), 5 steps: losses and gradient norms must be
 # bitwise those of the run that keeps the inputs — also with every copy made 20 ms late
 # (SUPEROFFLOAD_TEST_ACTIVATION_COPY_DELAY_MS), so a recompute that did not wait for its input

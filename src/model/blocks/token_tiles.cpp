@@ -136,4 +136,10 @@ at::Tensor over_token_tiles(const std::vector<at::Tensor>& inputs, int64_t tile_
                     });
 }
 
+at::Tensor over_token_tiles(const at::Tensor& x, int64_t tile_tokens, std::function<at::Tensor(const at::Tensor&)> mlp) {
+  return over_token_tiles({x.reshape({-1, x.size(-1)})}, tile_tokens,
+                          [mlp = std::move(mlp)](const std::vector<at::Tensor>& tile) { return mlp(tile[0]); })
+      .view(x.sizes());
+}
+
 }  // namespace superoffload::model

@@ -26,6 +26,10 @@ namespace superoffload::model {
 using TokenwiseFunction = std::function<at::Tensor(const std::vector<at::Tensor>& tiles)>;
 at::Tensor over_token_tiles(const std::vector<at::Tensor>& inputs, int64_t tile_tokens, TokenwiseFunction fn);
 
+// An MLP's usual case: `x` [..., hidden] (a block's [batch, seq, hidden]) as one input of
+// tokens, `mlp` mapping [tokens, hidden] to the same shape; the output has x's shape.
+at::Tensor over_token_tiles(const at::Tensor& x, int64_t tile_tokens, std::function<at::Tensor(const at::Tensor&)> mlp);
+
 // The general form: `tiled` inputs are cut along dimension `dim` into tiles of `tile` (the
 // outputs are joined along it too); `whole` inputs go to every tile uncut, and their gradients
 // sum over the tiles (attention: queries tiled, keys and values whole). `fn` also gets the
