@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
-#include "model/blocks/attention.hpp"
+#include "model/blocks/sequence_parallel_attention.hpp"
 #include "model/blocks/token_tiles.hpp"
 #include "model/plugin.hpp"
 
@@ -77,11 +77,11 @@ class Attention : public torch::nn::Module {
     c_attn = register_module("c_attn", std::make_shared<Conv1D>(s.hidden, 3 * s.hidden));
     c_proj = register_module("c_proj", std::make_shared<Conv1D>(s.hidden, s.hidden));
   }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& document_ids) {
+  at::Tensor forward(const at::Tensor& x, const BatchContext& context) {
     const int64_t b = x.size(0), t = x.size(1), h = x.size(2), d = h / heads_;
     const auto qkv = (*c_attn)(x).split(h, -1);
     auto shape = [&](const at::Tensor& y) { return y.view({b, t, heads_, d}).transpose(1, 2); };
-    return (*c_proj)(model::causal_attention(shape(qkv[0]), shape(qkv[1]), shape(qkv[2]), 0, document_ids));
+    return (*c_proj)(model::causal_attention_in_context(shape(qkv[0]), shape(qkv[1]), shape(qkv[2]), 0, {}, context));
   }
   std::shared_ptr<Conv1D> c_attn, c_proj;
 
@@ -120,7 +120,7 @@ class Block : public model::Layer {
     mlp = register_module("mlp", std::make_shared<Mlp>(s));
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
-    const auto h = x + attn->forward((*ln_1)(x), context.document_ids);
+    const auto h = x + attn->forward((*ln_1)(x), context);
     const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
     return h + model::over_token_tiles((*ln_2)(h), context.tile_tokens,
                                        [m](const at::Tensor& tokens) { return m->forward(tokens); });

@@ -132,7 +132,7 @@ class DecoderBlock : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
-    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
+    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context);
     const auto* m = mlp.get();  // the module outlives backward's recompute of each tile
     return h + model::over_token_tiles((*post_attention_layernorm)(h), context.tile_tokens,
                                        [m](const at::Tensor& tokens) { return m->forward(tokens); });

@@ -291,7 +291,7 @@ class DecoderBlock : public model::Layer {
   }
   at::Tensor forward(const at::Tensor& x, const BatchContext& context) override {
     const auto [cos, sin] = rotary_->cos_sin(context.position_ids, x.scalar_type());
-    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context.document_ids);
+    const auto h = x + self_attn->forward((*input_layernorm)(x), cos, sin, window_, context);
     const auto normed = (*post_attention_layernorm)(h);
     if (moe) return h + moe->forward(normed, context);
     const auto* mlp = dense.get();  // outlives backward's recompute of each tile

@@ -90,6 +90,13 @@ struct LrScheduleConfig {
   bool lr_range_test_staircase = false;
 };
 
+// How ranks share the work besides ZeRO's data parallelism.
+struct ParallelConfig {
+  // Ulysses: each group of this many consecutive ranks trains the same samples, each rank a
+  // contiguous shard of every row's tokens; data parallelism is world / this.
+  std::int64_t sequence_parallel_size = 1;
+};
+
 struct ZeroConfig {
   std::int64_t stage = 3;
   std::int64_t sub_group_size = 1'000'000'000;
@@ -173,6 +180,7 @@ struct Config {
   TrainingConfig training;
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
+  ParallelConfig parallel;
   ZeroConfig zero;
   OffloadConfig offload;
   PrecisionConfig precision;

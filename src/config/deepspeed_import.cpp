@@ -352,6 +352,8 @@ DeepSpeedImport import_deepspeed_json(const std::filesystem::path& path) {
     for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
       in.map_if(root, "", key, "training", key);
     }
+    // DeepSpeed ALST (Ulysses): the top-level sequence_parallel_size of the config.
+    in.map_if(root, "", "sequence_parallel_size", "parallel", "sequence_parallel_size");
     in.map_or_default(root, "", "gradient_clipping", "training", "gradient_clipping", 1.0,
                       std::string(kDeepSpeedSemantics) + "'s default");
     // DeepSpeed's own progress line every N steps; it does not thin out anything else.

@@ -260,16 +260,38 @@ class Loader {
 
   void cross_checks(LoadedConfig& c, int world_size) {
     auto& t = c.config.training;
+    // Ulysses: the ranks of a sequence-parallel group train the same samples, so the batch
+    // rules count data-parallel replicas, world / sequence_parallel_size (DeepSpeed ALST's rule).
+    const int64_t sp = c.config.parallel.sequence_parallel_size;
+    if (world_size % sp != 0) {
+      problems_.push_back("[parallel] sequence_parallel_size = " + std::to_string(sp) + " (" +
+                          origin_of(c, "parallel.sequence_parallel_size") + ") does not divide the world size " +
+                          std::to_string(world_size) + " — run a multiple of " + std::to_string(sp) +
+                          " ranks, or choose a divisor of " + std::to_string(world_size));
+      return;
+    }
+    if (c.config.data.seq_len % sp != 0) {
+      problems_.push_back("[parallel] sequence_parallel_size = " + std::to_string(sp) + " (" +
+                          origin_of(c, "parallel.sequence_parallel_size") + ") does not divide [data] seq_len = " +
+                          std::to_string(c.config.data.seq_len) + " (" + origin_of(c, "data.seq_len") +
+                          "): each rank holds an equal shard of every row — make seq_len a multiple of " + std::to_string(sp));
+    }
+    const int64_t replicas = world_size / sp;
     BatchSizes sizes{t.train_batch_size, t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps};
     std::string problem;
-    if (!resolve_batch_sizes(sizes, world_size, &problem)) {
+    if (!resolve_batch_sizes(sizes, replicas, &problem)) {
       problems_.push_back("inconsistent batch sizes in [training]: " + problem + " (train_batch_size from " +
                           origin_of(c, "training.train_batch_size") + ", train_micro_batch_size_per_gpu from " +
                           origin_of(c, "training.train_micro_batch_size_per_gpu") + ", gradient_accumulation_steps from " +
                           origin_of(c, "training.gradient_accumulation_steps") + ", world size " +
-                          std::to_string(world_size) + ") — set two of them and let the third be derived");
+                          std::to_string(world_size) +
+                          (sp > 1 ? " / sequence_parallel_size " + std::to_string(sp) + " = " + std::to_string(replicas) +
+                                        " data-parallel replicas"
+                                  : std::string()) +
+                          ") — set two of them and let the third be derived");
     } else {
-      const std::string derived = "derived for world size " + std::to_string(world_size);
+      const std::string derived = "derived for world size " + std::to_string(world_size) +
+                                  (sp > 1 ? " / sequence_parallel_size " + std::to_string(sp) : std::string());
       if (t.train_batch_size == 0) c.origins["training.train_batch_size"] = derived;
       if (t.train_micro_batch_size_per_gpu == 0) c.origins["training.train_micro_batch_size_per_gpu"] = derived;
       if (t.gradient_accumulation_steps == 0) c.origins["training.gradient_accumulation_steps"] = derived;

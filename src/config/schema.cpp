@@ -218,6 +218,18 @@ std::vector<Section> build_schema() {
           "lr_range_test: raise the learning rate every step_size steps instead of every step.");
   }
   {
+    SectionBuilder<ParallelConfig> b(s, "parallel", "How ranks share the work besides ZeRO's data parallelism.",
+                                     &Config::parallel);
+    b.add("sequence_parallel_size", &ParallelConfig::sequence_parallel_size,
+          "Ulysses sequence parallelism (DeepSpeed ALST's and HF Accelerate's name): each group of this many "
+          "consecutive ranks (best within a node) trains the same samples, every rank a contiguous shard of each "
+          "row's tokens, and attention trades sequence shards for head shards by all-to-all; activations per rank "
+          "shrink by this factor. Must divide the world size, [data] seq_len and the model's attention heads (key/"
+          "value heads are replicated when fewer). Data parallelism, and the batch-size rules, use world / this; "
+          "ZeRO-3 still partitions over every rank. 1: none.")
+        .at_least(1);
+  }
+  {
     SectionBuilder<ZeroConfig> b(s, "zero", "ZeRO partitioning (DeepSpeed zero_optimization names).", &Config::zero);
     b.add("stage", &ZeroConfig::stage, "ZeRO stage; superoffload implements stage 3.").one_of({"3"});
     b.add("sub_group_size", &ZeroConfig::sub_group_size,

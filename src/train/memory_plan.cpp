@@ -182,7 +182,9 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
 }
 
 int64_t mlp_tile_tokens(const config::Config& cfg, int64_t hidden) {
-  const int64_t tokens = std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu) * cfg.data.seq_len;
+  // A rank's tokens of a micro-batch: its shard of each row under sequence parallelism.
+  const int64_t tokens = std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu) * cfg.data.seq_len /
+                         std::max<int64_t>(1, cfg.parallel.sequence_parallel_size);
   int64_t tile = cfg.model.tile_tokens;
   if (tile == 0) tile = tokens >= kTileFromTokens ? std::max<int64_t>(hidden, 1) : -1;
   return tile > 0 && tile < tokens ? tile : 0;

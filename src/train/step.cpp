@@ -23,7 +23,8 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   {
     const zero::TraceScope traced("superoffload/token count");
     for (const auto& batch : batches) {
-      result.tokens += static_cast<double>(batch.labels.ne(model::kIgnoreLabel).sum().item<int64_t>());
+      // This rank's share: its shard of the rows under sequence parallelism.
+      result.tokens += static_cast<double>(engine.local_rows(batch.labels).ne(model::kIgnoreLabel).sum().item<int64_t>());
     }
     comm.all_reduce_host(&result.tokens, 1, comm::ReduceOp::sum);
   }
@@ -48,6 +49,9 @@ StepResult run_step(zero::ZeroEngine& engine, optim::Optimizer& optimizer, const
   optimizer.begin_step(lr);
   const auto device = engine.device();
   const double loss_scale = 1.0 / std::max(1.0, result.tokens);
+  // Over ranks, not replicas: a sequence-parallel group's ranks each pass on the pooled aux
+  // loss's gradient through their own shard (ZeroEngine::pooled_load_balancing), and each
+  // reports the pooled value, so the mean over ranks is the mean over forwards either way.
   const double aux_scale = 1.0 / static_cast<double>(batches.size() * static_cast<size_t>(comm.size()));
   double sums[2] = {0, 0};  // loss, aux
   const double forward_backward_start = now_s();

@@ -33,6 +33,7 @@
 #include "data/sampler.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
+#include "model/blocks/sequence_parallel_attention.hpp"
 #include "model_io/load_model.hpp"
 #include "optim/offload_optimizer.hpp"
 #include "optim/sharded_adamw.hpp"
@@ -180,7 +181,34 @@ std::chrono::milliseconds activation_copy_delay() {
   return std::chrono::milliseconds(text ? std::max(0, std::atoi(text)) : 0);
 }
 
-zero::EngineOptions engine_options(const config::Config& cfg, at::Device device, int64_t hidden) {
+// [parallel] sequence_parallel_size > 1: the groups and their communicators, after checking
+// that the model's heads divide among them (a clear error at start-up, not at the first
+// attention); null without sequence parallelism.
+std::unique_ptr<zero::SequenceParallel> make_sequence_parallel(const config::Config& cfg, const model::HfConfig& model,
+                                                               const cluster::MpiWorld& world, at::Device device) {
+  const int64_t size = cfg.parallel.sequence_parallel_size;
+  if (size <= 1) return nullptr;
+  const int64_t heads = model.has("num_attention_heads") ? model.integer("num_attention_heads") : model.integer("n_head");
+  const int64_t kv_heads = model.integer("num_key_value_heads", heads);
+  if (const auto problem = model::sequence_parallel_heads_problem(heads, kv_heads, size); !problem.empty()) {
+    throw Error(model.path() + ": " + problem + " ([parallel] sequence_parallel_size = " + std::to_string(size) + ")",
+                "choose a sequence_parallel_size that divides num_attention_heads = " + std::to_string(heads),
+                Error::UserInput{});
+  }
+  auto group = std::make_unique<zero::SequenceParallel>(world.world(), static_cast<int>(size), cfg.runtime.comm_backend,
+                                                        device);
+  if (world.rank() == 0) {
+    SO_LOG(info) << "sequence parallelism (Ulysses): " << world.size() / size << " group(s) of " << size
+                 << " consecutive ranks, each rank " << cfg.data.seq_len / size << " of every row's " << cfg.data.seq_len
+                 << " tokens; attention all-to-all over " << heads << " heads (" << heads / size << " per rank), "
+                 << kv_heads << " key/value heads"
+                 << (kv_heads % size != 0 ? " (each replicated for " + std::to_string(size / kv_heads) + " ranks)" : "");
+  }
+  return group;
+}
+
+zero::EngineOptions engine_options(const config::Config& cfg, at::Device device, int64_t hidden,
+                                   const zero::SequenceParallel* sequence_parallel) {
   return {.compute_dtype = cfg.precision.bf16 ? at::kBFloat16 : at::kFloat,
           .device = device,
           .activation_checkpointing = cfg.training.activation_checkpointing,
@@ -191,7 +219,8 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device,
           .prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size,
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold,
           .reduce_bucket_size = cfg.zero.reduce_bucket_size,
-          .tile_tokens = mlp_tile_tokens(cfg, hidden)};
+          .tile_tokens = mlp_tile_tokens(cfg, hidden),
+          .sequence_parallel = sequence_parallel};
 }
 
 // [offload] speculation as the optimizer takes it; super_offload = false speculates nothing.
@@ -401,7 +430,7 @@ struct ValidationSet {
   std::optional<Validation> validation;
 };
 
-void prepare_validation(ValidationSet& set, const config::Config& cfg, const cluster::MpiWorld& world,
+void prepare_validation(ValidationSet& set, const config::Config& cfg, const cluster::MpiWorld& world, int replicas,
                         const data::TokenDataset& training, int64_t vocab_size) {
   const auto& t = cfg.training;
   const int64_t batch = t.per_device_eval_batch_size > 0 ? t.per_device_eval_batch_size : t.train_micro_batch_size_per_gpu;
@@ -413,7 +442,7 @@ void prepare_validation(ValidationSet& set, const config::Config& cfg, const clu
     std::vector<int64_t> all(static_cast<size_t>(set.own->size()));
     std::iota(all.begin(), all.end(), 0);
     source = cfg.data.eval_path + " ([data] eval_path)";
-    set.validation.emplace(*set.own, std::move(all), batch, t.eval_max_batches, world, source);
+    set.validation.emplace(*set.own, std::move(all), batch, t.eval_max_batches, world, replicas, source);
   } else if (cfg.data.eval_fraction > 0) {
     auto split = data::hold_out(training.size(), cfg.data.eval_fraction, static_cast<uint64_t>(t.seed));
     set.trained = std::move(split.train);
@@ -421,7 +450,7 @@ void prepare_validation(ValidationSet& set, const config::Config& cfg, const clu
     what << split.eval.size() << " of the " << training.size() << " samples of " << cfg.data.path
          << " ([data] eval_fraction = " << cfg.data.eval_fraction << ")";
     source = what.str();
-    set.validation.emplace(training, std::move(split.eval), batch, t.eval_max_batches, world, source);
+    set.validation.emplace(training, std::move(split.eval), batch, t.eval_max_batches, world, replicas, source);
   } else {
     return;
   }
@@ -431,8 +460,8 @@ void prepare_validation(ValidationSet& set, const config::Config& cfg, const clu
                  << (cfg.data.eval_fraction > 0 ? ", held out: never trained on" : "") << "; evaluated "
                  << (t.eval_every_steps > 0 ? "every " + std::to_string(t.eval_every_steps) + " steps and " : std::string())
                  << "at the end" << (t.eval_on_start ? " and before the first step" : "") << ", " << batch
-                 << " samples per rank per forward (" << (v.batches() + world.size() - 1) / world.size() << " round(s) on "
-                 << world.size() << " rank(s))"
+                 << " samples per replica per forward (" << (v.batches() + replicas - 1) / replicas << " round(s) on "
+                 << replicas << (replicas == world.size() ? " rank(s))" : " sequence-parallel groups)")
                  << (t.early_stopping_patience > 0
                          ? "; stops after " + std::to_string(t.early_stopping_patience) + " evaluations without improvement"
                          : std::string())
@@ -478,6 +507,7 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const auto shape = loaded.model->shape();
   timeline.mark("model build");
   auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
+  const auto sequence_parallel = make_sequence_parallel(cfg, loaded.config, world, device);
   // A run that will resume takes every weight and the optimizer state from the checkpoint:
   // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
   // minutes of work the checkpoint overwrites). Found now, before the engine; resume() below
@@ -493,7 +523,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
   base::PhaseCost filling;
-  zero::ZeroEngine engine(loaded.model, *communicator, engine_options(cfg, device, shape.hidden_size),
+  zero::ZeroEngine engine(loaded.model, *communicator,
+                          engine_options(cfg, device, shape.hidden_size, sequence_parallel.get()),
                           [&filling, &loaded, fill_from_checkpoint](size_t layer) {
                             if (!fill_from_checkpoint) base::add_cost(filling, [&] { loaded.materialize(layer); });
                           });
@@ -529,11 +560,13 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   const bool documents = attends_within_documents(cfg.data.attention, tokens, rank == 0);
   const data::TokenDataset dataset(std::move(tokens), cfg.data.seq_len, cfg.data.path, shape.vocab_size, documents);
   ValidationSet eval_set;
-  prepare_validation(eval_set, cfg, world, dataset, shape.vocab_size);
+  prepare_validation(eval_set, cfg, world, engine.data_parallel_size(), dataset, shape.vocab_size);
   const auto& trained = eval_set.trained;
+  // Data parallelism is over replicas: the ranks of a sequence-parallel group draw the same rows.
   data::DistributedSampler sampler(trained.empty() ? dataset.size() : static_cast<int64_t>(trained.size()),
-                                   static_cast<uint64_t>(t.seed), cfg.data.shuffle, size, rank,
-                                   t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
+                                   static_cast<uint64_t>(t.seed), cfg.data.shuffle, engine.data_parallel_size(),
+                                   engine.data_parallel_rank(), t.train_micro_batch_size_per_gpu,
+                                   t.gradient_accumulation_steps);
   int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
   if (t.bench_steps > 0) total_steps = std::min(total_steps, t.timing_warmup_steps + t.bench_steps);
   timeline.mark("tokenizer and data");

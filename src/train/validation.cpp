@@ -17,19 +17,21 @@
 namespace superoffload::train {
 
 Validation::Validation(const data::TokenDataset& dataset, std::vector<int64_t> indices, int64_t batch,
-                       int64_t max_batches, const cluster::MpiWorld& world, std::string source)
-    : dataset_(dataset), indices_(std::move(indices)), batch_(batch), world_(world) {
+                       int64_t max_batches, const cluster::MpiWorld& world, int replicas, std::string source)
+    : dataset_(dataset), indices_(std::move(indices)), batch_(batch), world_(world), replicas_(replicas) {
   SO_CHECK(batch_ >= 1, "per_device_eval_batch_size must be at least 1");
   const int64_t available = static_cast<int64_t>(indices_.size());
   if (max_batches > 0 && max_batches * batch_ < available) indices_.resize(static_cast<size_t>(max_batches * batch_));
-  const int64_t needed = batch_ * world_.size();
+  const int64_t needed = batch_ * replicas_;
   if (samples() < needed) {
     std::ostringstream message;
     message << "the validation data " << source << " has " << available << " sample(s) of " << dataset_.seq_len()
             << " tokens" << (samples() < available ? " (" + std::to_string(samples()) + " within [training] eval_max_batches)"
                                                    : std::string())
-            << ", fewer than one batch per rank: " << batch_ << " ([training] per_device_eval_batch_size) x "
-            << world_.size() << " rank(s) = " << needed;
+            << ", fewer than one batch per data-parallel replica: " << batch_
+            << " ([training] per_device_eval_batch_size) x " << replicas_
+            << (replicas_ == world_.size() ? " rank(s)" : " replicas (world / [parallel] sequence_parallel_size)")
+            << " = " << needed;
     throw Error(message.str(),
                 std::string("give more validation data (a larger [data] eval_fraction, or a larger eval_path), or lower "
                             "[training] per_device_eval_batch_size") +
@@ -42,13 +44,15 @@ ValidationResult Validation::evaluate(zero::ZeroEngine& engine, const std::funct
   torch::NoGradGuard no_grad;
   const double start_s = base::now_s();
   const int64_t seq = dataset_.seq_len(), n = samples(), total = batches();
-  const int world = world_.size(), rank = world_.rank();
-  const int64_t rounds = (total + world - 1) / world;
-  // [loss sums of every batch, token counts of every batch]: each rank fills its own.
+  SO_CHECK(engine.data_parallel_size() == replicas_,
+           "validation was set up for " << replicas_ << " replicas, the engine has " << engine.data_parallel_size());
+  const int replica = engine.data_parallel_rank();
+  const int64_t rounds = (total + replicas_ - 1) / replicas_;
+  // [loss sums of every batch, token counts of every batch]: each replica fills its own.
   std::vector<double> sums(static_cast<size_t>(2 * total), 0.0);
   const auto device = engine.device();
   for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t b = round * world + rank;  // this rank's batch; past the last: predicts nothing
+    const int64_t b = round * replicas_ + replica;  // this replica's batch; past the last: predicts nothing
     if (progress) progress("evaluating: round " + std::to_string(round + 1) + " of " + std::to_string(rounds));
     auto tokens = at::zeros({batch_, seq}, at::kLong);
     auto labels = at::full({batch_, seq}, model::kIgnoreLabel, at::kLong);
@@ -67,7 +71,8 @@ ValidationResult Validation::evaluate(zero::ZeroEngine& engine, const std::funct
       sums[static_cast<size_t>(total + b)] = static_cast<double>(result.tokens);
     }
   }
-  // Every entry is one rank's value plus zeros: exact, whatever the reduction order.
+  // Every entry is one replica's value plus zeros (under sequence parallelism the sum of its
+  // ranks' shards): the same sums in the same order at any number of replicas.
   SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, world_.world()));
   double loss_sum = 0, tokens = 0;
   for (int64_t b = 0; b < total; ++b) {

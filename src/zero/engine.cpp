@@ -11,7 +11,6 @@
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "model/blocks/varlen_layout.hpp"
-#include "model/load_balancing.hpp"
 #include "zero/trace_scope.hpp"
 
 namespace superoffload::zero {
@@ -153,9 +152,49 @@ model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, const at::
   } else {
     context.position_ids = at::arange(seq, tokens.options().dtype(at::kLong)).unsqueeze(0).expand({batch, seq});
   }
+  // Sequence parallelism: positions (hence rotary angles, learned position embeddings) are the
+  // shard's, at their places in the row; document_ids stay whole for attention.
+  if (const auto* sp = options_.sequence_parallel) {
+    context.position_ids = sp->shard(context.position_ids);
+    context.sequence_parallel = sp;
+  }
   context.router_statistics = routers;
   context.tile_tokens = options_.tile_tokens;
   return context;
+}
+
+int ZeroEngine::data_parallel_size() const {
+  return comm_.size() / (options_.sequence_parallel ? options_.sequence_parallel->size() : 1);
+}
+
+int ZeroEngine::data_parallel_rank() const {
+  return comm_.rank() / (options_.sequence_parallel ? options_.sequence_parallel->size() : 1);
+}
+
+model::LoadBalancing ZeroEngine::pooled_load_balancing(
+    const std::vector<std::vector<model::RouterStatistics>>& layers) const {
+  std::vector<model::RouterStatistics> all;
+  for (const auto& layer : layers) all.insert(all.end(), layer.begin(), layer.end());
+  const auto* sp = options_.sequence_parallel;
+  if (sp != nullptr && sp->size() > 1 && !all.empty()) {
+    // Each rank's statistics are means over its shard's tokens; shards are equal, so the
+    // group's mean is the mean over the row, as HF pools it. One exchange for every layer.
+    // The gradient that backward hands each rank's router is then the pooled one: the
+    // group's P ranks each add 1/P of it through their own shard's mean (the 1/P is in the
+    // step's aux_scale, which counts ranks, not replicas).
+    std::vector<at::Tensor> parts;
+    for (const auto& r : all) {
+      parts.push_back(r.routed.detach().to(at::kFloat));
+      parts.push_back(r.probability.detach().to(at::kFloat));
+    }
+    auto pooled = at::stack(parts).contiguous();
+    sp->average(pooled);
+    for (size_t i = 0; i < all.size(); ++i) {
+      all[i].routed = pooled[static_cast<int64_t>(2 * i)];
+      all[i].probability = pooled[static_cast<int64_t>(2 * i + 1)];
+    }
+  }
+  return model::load_balancing(all);
 }
 
 void ZeroEngine::zero_grad() {
@@ -193,12 +232,13 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   // layer and pass (model/blocks/varlen_layout.hpp).
   const model::VarlenLayoutCache varlen_layouts;
   auto context = context_for(tokens, position_ids, nullptr);
+  const auto labels_here = local_rows(labels);
 
   // ---- Forward: keep each layer's input (checkpointing) or its whole graph.
   std::vector<at::Tensor> inputs(n), outputs(n);
   // MoE routers' statistics per layer (with their graphs unless checkpointing recomputes them).
   std::vector<std::vector<model::RouterStatistics>> routers(n);
-  at::Tensor x = tokens;
+  at::Tensor x = local_rows(tokens);
   using P = ProfilePhase;
   auto profile = [this](size_t layer, ProfilePhase phase) { return ProfileScope(profiler_, layer, phase); };
   {
@@ -239,13 +279,8 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   context.router_statistics = nullptr;
   // HF's load-balancing loss pools every MoE layer of the pass: its value and each layer's
   // gradient are known only now, and backward hands each layer its share.
-  model::LoadBalancing balancing;
-  {
-    std::vector<model::RouterStatistics> all;
-    for (const auto& layer : routers) all.insert(all.end(), layer.begin(), layer.end());
-    balancing = model::load_balancing(all);
-    result.aux_loss = balancing.loss;
-  }
+  const model::LoadBalancing balancing = pooled_load_balancing(routers);
+  result.aux_loss = balancing.loss;
   if (options_.activation_checkpointing) {
     for (auto& r : routers) r.clear();  // computed without graph; recomputed in backward
   }
@@ -265,7 +300,7 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
   {
     ScopedTime timed(times_.forward_s);  // the head's forward and backward, fused chunk by chunk
     const auto profiled = profile(head, P::forward);
-    std::tie(loss, grad) = head_layer->loss_and_backward(x.detach(), labels, options_.loss_chunk_tokens, loss_scale, context);
+    std::tie(loss, grad) = head_layer->loss_and_backward(x.detach(), labels_here, options_.loss_chunk_tokens, loss_scale, context);
   }
   // The loss is read at the end: reading it here would make the host wait for the forward
   // before it queues the first backward kernel (a bubble on a GPU).
@@ -352,6 +387,9 @@ at::Tensor ZeroEngine::forward_blocks(const at::Tensor& tokens, const model::Bat
 
 at::Tensor ZeroEngine::forward_logits(const at::Tensor& tokens, const at::Tensor& position_ids) {
   torch::NoGradGuard no_grad;
+  SO_CHECK(!options_.sequence_parallel || options_.sequence_parallel->size() == 1,
+           "whole-batch logits are not computed under sequence parallelism" << hint("evaluate without [parallel] "
+                                                                                "sequence_parallel_size"));
   const auto context = context_for(tokens, position_ids, nullptr);
   const auto hidden = forward_blocks(tokens, context);
   const size_t head = layers_.size() - 1;
@@ -367,13 +405,13 @@ MicroBatchResult ZeroEngine::forward_loss(const at::Tensor& tokens, const at::Te
   std::vector<model::RouterStatistics> routers;
   const model::VarlenLayoutCache varlen_layouts;
   const auto context = context_for(tokens, position_ids, &routers);
-  const auto x = forward_blocks(tokens, context);
+  const auto x = forward_blocks(local_rows(tokens), context);
   auto* head_layer = dynamic_cast<model::HeadLayer*>(&layers_[head].layer());
-  const auto loss = head_layer->loss(x, labels, options_.loss_chunk_tokens, context);
+  const auto loss = head_layer->loss(x, local_rows(labels), options_.loss_chunk_tokens, context);
   release(head);
   MicroBatchResult result;
   read_loss(loss, result);
-  result.aux_loss = model::load_balancing(routers).loss;
+  result.aux_loss = pooled_load_balancing({routers}).loss;
   return result;
 }
 

@@ -19,11 +19,13 @@
 
 #include "comm/communicator.hpp"
 #include "model/causal_lm.hpp"
+#include "model/load_balancing.hpp"
 #include "zero/activation_offload.hpp"
 #include "zero/engine_stats.hpp"
 #include "zero/gradient_reducer.hpp"
 #include "zero/layer_profiler.hpp"
 #include "zero/partitioned_layer.hpp"
+#include "zero/sequence_parallel.hpp"
 
 namespace superoffload::zero {
 
@@ -43,6 +45,9 @@ struct EngineOptions {
   int64_t loss_chunk_tokens = 1024;
   // MLPs over tiles of this many tokens of a micro-batch (model::BatchContext::tile_tokens); 0: untiled.
   int64_t tile_tokens = 0;
+  // Ulysses sequence parallelism (zero/sequence_parallel.hpp), owned by the caller and outliving
+  // the engine; null: none. The engine is handed whole rows and keeps this rank's shard.
+  const SequenceParallel* sequence_parallel = nullptr;
 };
 
 struct MicroBatchResult {
@@ -58,6 +63,10 @@ class ZeroEngine {
   ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
              const std::function<void(size_t)>& materialize = nullptr);
 
+  // Under sequence parallelism every method below takes whole rows ([batch, seq]); the engine
+  // runs this rank's shard of them, and the loss sums and token counts it returns are the
+  // shard's (summed over all ranks they count each token once).
+  //
   // Forward and backward of one micro-batch (tokens, labels [batch, seq], labels shifted with
   // model::kIgnoreLabel where nothing is predicted). `position_ids` [batch, seq]: packed
   // documents, each starting at 0, attend only within themselves; undefined: every row is one
@@ -71,7 +80,18 @@ class ZeroEngine {
   // Loss without gradients (evaluation).
   MicroBatchResult forward_loss(const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& position_ids = {});
   // fp32 logits [batch, seq, vocab] without gradients (evaluation; the whole batch at once).
+  // Not under sequence parallelism (refused).
   at::Tensor forward_logits(const at::Tensor& tokens, const at::Tensor& position_ids = {});
+
+  // The part of rows [batch, seq] this rank computes: its shard under sequence parallelism,
+  // else the rows (a step counts the tokens that carry loss with it).
+  at::Tensor local_rows(const at::Tensor& rows) const {
+    return options_.sequence_parallel ? options_.sequence_parallel->shard(rows) : rows;
+  }
+  // Data parallelism: the replicas that train different samples (world / sequence_parallel_size)
+  // and this rank's replica.
+  int data_parallel_size() const;
+  int data_parallel_rank() const;
 
   void zero_grad();
   // sqrt of the sum of squares of every rank's gradient shards (one all-reduce, in fp64);
@@ -110,8 +130,13 @@ class ZeroEngine {
   void account();
   // Hands the layers whose reduced gradients are complete to the optimizer (last micro-batch).
   void deliver(const std::vector<size_t>& complete, bool last_micro_batch);
+  // The context of whole rows `tokens` (their position_ids, document_ids from position_ids),
+  // then, under sequence parallelism, position_ids narrowed to this rank's shard.
   model::BatchContext context_for(const at::Tensor& tokens, const at::Tensor& position_ids,
                                   std::vector<model::RouterStatistics>* routers) const;
+  // HF's load-balancing loss over every MoE layer's statistics of one forward; under sequence
+  // parallelism the statistics are first averaged over the group, which pools the row's tokens.
+  model::LoadBalancing pooled_load_balancing(const std::vector<std::vector<model::RouterStatistics>>& layers) const;
   // Without gradients: the blocks' output (the head's input), the head left gathered.
   at::Tensor forward_blocks(const at::Tensor& tokens, const model::BatchContext& context);
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/labels.hpp"
+#include "model/sequence_parallel.hpp"
 
 namespace superoffload::model {
 
@@ -29,8 +30,13 @@ struct RouterStatistics {
 struct BatchContext {
   at::Tensor position_ids;  // [batch, seq] int64
   // [batch, seq] int64, rising along a row: attention stays within one document (packed samples,
-  // [data] attention = "document"). Undefined: each row is one causal sequence.
+  // [data] attention = "document"). Undefined: each row is one causal sequence. Under sequence
+  // parallelism it covers the whole row (attention sees all of it), while position_ids and
+  // every layer's input cover this rank's shard.
   at::Tensor document_ids;
+  // Ulysses sequence parallelism (sequence_parallel.hpp): the group this rank's shard belongs
+  // to; attention exchanges through it. Null: each rank holds whole rows.
+  const SequenceParallelGroup* sequence_parallel = nullptr;
   // Mixture-of-experts layers whose config asks for the load-balancing loss append their
   // router's statistics here (may be null: then nothing is recorded).
   std::vector<RouterStatistics>* router_statistics = nullptr;

@@ -1,7 +1,7 @@
 // SelfAttention.
 #include "model/blocks/self_attention.hpp"
 
-#include "model/blocks/attention.hpp"
+#include "model/blocks/sequence_parallel_attention.hpp"
 #include "model/blocks/rotary.hpp"
 
 namespace superoffload::model {
@@ -24,7 +24,7 @@ SelfAttention::SelfAttention(const SelfAttentionOptions& o) : o_(o) {
 }
 
 at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  int64_t sliding_window, const at::Tensor& document_ids) {
+                                  int64_t sliding_window, const BatchContext& context) {
   const int64_t b = x.size(0), t = x.size(1);
   at::Tensor q, k, v;
   if (qkv_proj) {
@@ -47,9 +47,7 @@ at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, co
   }
   q = Rotary::apply(q.transpose(1, 2), cos, sin);
   k = Rotary::apply(k.transpose(1, 2), cos, sin);
-  const auto out = sinks.defined()
-                       ? causal_attention_with_sinks(q, k, v.transpose(1, 2), sliding_window, sinks, document_ids)
-                       : causal_attention(q, k, v.transpose(1, 2), sliding_window, document_ids);
+  const auto out = causal_attention_in_context(q, k, v.transpose(1, 2), sliding_window, sinks, context);
   return (*o_proj)(out);
 }
 

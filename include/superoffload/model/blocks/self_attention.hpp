@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include "model/blocks/linear.hpp"
+#include "model/causal_lm.hpp"
 #include "model/blocks/rms_norm.hpp"
 
 namespace superoffload::model {
@@ -23,10 +24,11 @@ struct SelfAttentionOptions {
 class SelfAttention : public torch::nn::Module {
  public:
   explicit SelfAttention(const SelfAttentionOptions& options);
-  // x [batch, seq, hidden]; cos/sin from Rotary::cos_sin; sliding_window 0 = full causal.
-  // `document_ids`: BatchContext's (undefined: one causal sequence per row).
+  // x [batch, seq, hidden] (this rank's shard of each row under sequence parallelism); cos/sin
+  // from Rotary::cos_sin of the context's position_ids; sliding_window 0 = full causal. The
+  // context's document_ids and sequence-parallel group decide what a token sees.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t sliding_window,
-                     const at::Tensor& document_ids = {});
+                     const BatchContext& context);
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, qkv_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;
