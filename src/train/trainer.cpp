@@ -539,7 +539,8 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
   if (const int64_t tile = mlp_tile_tokens(cfg, shape.hidden_size); rank == 0 && tile > 0) {
     SO_LOG(info) << "MLP tiles: " << tile << " tokens of each micro-batch's "
-                 << cfg.training.train_micro_batch_size_per_gpu * cfg.data.seq_len
+                 << cfg.training.train_micro_batch_size_per_gpu * cfg.data.seq_len / cfg.parallel.sequence_parallel_size
+                 << (cfg.parallel.sequence_parallel_size > 1 ? " on each rank (its sequence shard)" : "")
                  << " at a time, recomputed tile by tile in backward ([model] tile_tokens = " << cfg.model.tile_tokens
                  << (cfg.model.tile_tokens == 0 ? ": chosen" : "") << ")";
   }
