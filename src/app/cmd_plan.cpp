@@ -83,7 +83,7 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
     ConfigOptions config;
     int nodes = 1, gpus_per_node = 1;
     double gpu_memory_gb = 0, host_memory_gb = 0;
-    bool cpu = false, parameters = false;
+    bool cpu = false, parameters = false, max_seq = false;
     std::string topology;
   };
   auto o = std::make_shared<Options>();
@@ -97,6 +97,9 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
   command->add_option("--topology", o->topology,
                       "A node's hwloc XML (lstopo --of xml): show where its --gpus-per-node ranks would be bound")
       ->check(CLI::ExistingFile);
+  command->add_flag("--max-seq", o->max_seq,
+                    "Also print the longest [data] seq_len (in steps of 1,024 tokens) that fits --gpu-memory and "
+                    "--host-memory with this configuration otherwise unchanged");
   command->add_flag("--parameters", o->parameters,
                     "Also list every tensor of the model: shape, role, and whether weight decay applies");
   command->callback([&run, &globals, o] {
@@ -119,6 +122,32 @@ void add_plan_command(CLI::App& app, const GlobalOptions& globals, Run& run) {
       for (const auto& line : resctrl_plan_lines(loaded.config.runtime, o->gpus_per_node,
                                                  loaded.config.offload.device != config::OffloadDevice::none)) {
         std::cout << line << "\n";
+      }
+      if (o->max_seq) {
+        if (o->gpu_memory_gb <= 0 && o->host_memory_gb <= 0) {
+          std::cerr << "superoffload plan --max-seq: give --gpu-memory and/or --host-memory (GB), the capacity "
+                       "the sequence must fit\n";
+          return 2;
+        }
+        const int64_t longest = train::longest_sequence(size, loaded.config, ranks, o->gpus_per_node, !o->cpu,
+                                                        o->gpu_memory_gb * 1e9, o->host_memory_gb * 1e9);
+        if (longest == 0) {
+          std::cout << "longest sequence: none fits (not even 1,024 tokens)\n";
+        } else {
+          auto at_longest = loaded.config;
+          at_longest.data.seq_len = longest;
+          const auto plan_there = train::plan_memory(size, at_longest, ranks, !o->cpu);
+          std::cout << "longest sequence: " << longest << " tokens ("
+                    << (longest >= 1024 ? std::to_string(longest / 1024) + "k" : std::to_string(longest))
+                    << ") per row at " << loaded.config.training.train_micro_batch_size_per_gpu
+                    << " row(s) per micro-batch"
+                    << (loaded.config.parallel.sequence_parallel_size > 1
+                            ? ", sequence-parallel over " + std::to_string(loaded.config.parallel.sequence_parallel_size) +
+                                  " ranks"
+                            : std::string())
+                    << ": device " << plan_there.device_total() / (1024.0 * 1024 * 1024) << " GiB, host "
+                    << plan_there.host_total() * o->gpus_per_node / (1024.0 * 1024 * 1024) << " GiB per node\n";
+        }
       }
       bool fits = true;
       if (o->gpu_memory_gb > 0 && !o->cpu) fits = fits && plan.device_total() <= train::kPlanHeadroom * o->gpu_memory_gb * 1e9;

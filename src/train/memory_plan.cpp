@@ -111,7 +111,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
                                                 total * cpu_share);
   p.device_reduce_bytes = compute_bytes * largest + 4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
-  const double tokens = micro * static_cast<double>(cfg.data.seq_len);
+  // A rank's tokens: under sequence parallelism its shard of each row. Attention's exchange
+  // turns them into the whole row for 1/P of the heads, the same bytes, within the working set.
+  p.sequence_parallel = std::max<int64_t>(1, cfg.parallel.sequence_parallel_size);
+  const double tokens = micro * static_cast<double>(cfg.data.seq_len) / static_cast<double>(p.sequence_parallel);
+  p.rank_tokens = tokens;
   const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
   // Saved layer inputs (checkpointing) or every intermediate (no checkpointing), plus one
   // layer's recompute working set.
@@ -181,6 +185,33 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   return p;
 }
 
+int64_t longest_sequence(const ModelSize& model, config::Config config, int ranks, int ranks_per_node, bool on_gpu,
+                         double device_capacity_bytes, double host_capacity_per_node_bytes, int64_t granularity) {
+  const int64_t sp = std::max<int64_t>(1, config.parallel.sequence_parallel_size);
+  const int64_t step = (std::max<int64_t>(1, granularity) + sp - 1) / sp * sp;
+  auto fits = [&](int64_t units) {
+    config.data.seq_len = units * step;
+    const auto plan = plan_memory(model, config, ranks, on_gpu);
+    if (on_gpu && device_capacity_bytes > 0 && plan.device_total() > kPlanHeadroom * device_capacity_bytes) return false;
+    return host_capacity_per_node_bytes <= 0 ||
+           plan.host_total() * ranks_per_node <= kPlanHeadroom * host_capacity_per_node_bytes;
+  };
+  // Memory grows with the length (tiles only shrink a term that grows): double, then bisect.
+  constexpr int64_t kMostUnits = int64_t{1} << 24;  // 16M steps: far beyond any node
+  if (!fits(1)) return 0;
+  int64_t good = 1, bad = 2;
+  while (bad <= kMostUnits && fits(bad)) {
+    good = bad;
+    bad *= 2;
+  }
+  if (bad > kMostUnits) return good * step;
+  while (bad - good > 1) {
+    const int64_t middle = good + (bad - good) / 2;
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good * step;
+}
+
 int64_t mlp_tile_tokens(const config::Config& cfg, int64_t hidden) {
   // A rank's tokens of a micro-batch: its shard of each row under sequence parallelism.
   const int64_t tokens = std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu) * cfg.data.seq_len /
@@ -225,6 +256,13 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
            << moved / kNvlinkC2cBytesPerSecond * 1e3 << " ms at a GH200's 450 GB/s, "
            << moved / kPcie5BytesPerSecond * 1e3 << " ms at PCIe 5.0 x16's 64 GB/s";
     lines.push_back(copies.str());
+  }
+  if (p.sequence_parallel > 1) {
+    std::ostringstream shard;
+    shard << "sequence parallelism: groups of " << p.sequence_parallel << " ranks, each holding "
+          << static_cast<int64_t>(p.rank_tokens) << " tokens of a micro-batch (its shard of every row); activations "
+          << "count these";
+    lines.push_back(shard.str());
   }
   if (p.mlp_tile_tokens > 0) {
     lines.push_back("MLP tiles: " + std::to_string(p.mlp_tile_tokens) +

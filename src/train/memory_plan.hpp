@@ -51,6 +51,10 @@ struct MemoryPlan {
   // micro-batch copies it out in forward and back in backward (2 × these bytes over the link).
   double host_activation_bytes = 0;
   int64_t mlp_tile_tokens = 0;  // [model] tile_tokens as resolved (mlp_tile_tokens below); 0: untiled
+  // [parallel] sequence_parallel_size, and the tokens of a micro-batch one rank holds (its
+  // shard of each row): every activation term above counts these.
+  int64_t sequence_parallel = 1;
+  double rank_tokens = 0;
   // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they
   // are resident (measured in this process, which has them loaded), plus on GPU runs an
   // estimate of the CUDA runtime's host memory. For the tiny model it is most of the total.
@@ -67,6 +71,13 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu);
+
+// The longest [data] seq_len, in steps of `granularity` tokens (rounded up to a multiple of
+// sequence_parallel_size), whose plan fits the device (when on_gpu and a capacity is given) and
+// the node's host memory (when given), with kPlanHeadroom, all else as `config` sets it
+// (MLP tiles chosen anew for each length when tile_tokens = 0). 0: not even one step fits.
+int64_t longest_sequence(const ModelSize& model, config::Config config, int ranks, int ranks_per_node, bool on_gpu,
+                         double device_capacity_bytes, double host_capacity_per_node_bytes, int64_t granularity = 1024);
 
 // The MLP tile ([model] tile_tokens) a run of this configuration uses, in tokens of a
 // micro-batch; 0: untiled. Chosen (tile_tokens = 0): tiles of hidden_size tokens, ALST's rule,

@@ -28,8 +28,8 @@ Validation::Validation(const data::TokenDataset& dataset, std::vector<int64_t> i
     message << "the validation data " << source << " has " << available << " sample(s) of " << dataset_.seq_len()
             << " tokens" << (samples() < available ? " (" + std::to_string(samples()) + " within [training] eval_max_batches)"
                                                    : std::string())
-            << ", fewer than one batch per data-parallel replica: " << batch_
-            << " ([training] per_device_eval_batch_size) x " << replicas_
+            << ", fewer than one batch per " << (replicas_ == world_.size() ? "rank" : "data-parallel replica")
+            << ": " << batch_ << " ([training] per_device_eval_batch_size) x " << replicas_
             << (replicas_ == world_.size() ? " rank(s)" : " replicas (world / [parallel] sequence_parallel_size)")
             << " = " << needed;
     throw Error(message.str(),

@@ -67,6 +67,37 @@ out=$("$SO_BIN" plan configs/reference-models/llama-3.3-70b.toml --gpus-per-node
   && fail "a missing topology file was accepted"
 expect_contains "$out" "missing.xml" "the missing file is named"
 
+# --max-seq (#50): the longest seq_len that fits, per feature. Llama-3.1-8B on one GH200 (96 GB,
+# 480 GB host) at one row per micro-batch: activation offload lifts it past 256k; on a node of 4
+# with Ulysses over the 4 it passes 1M; each step of the search is a plan that fits (the figures
+# printed are the plan's at that length), and one 1,024 tokens longer would not.
+longest() {  # CONFIG GPUS HOST_GB [--set ...]: the longest sequence the plan finds
+  local config=$1 gpus=$2 host=$3
+  shift 3
+  "$SO_BIN" plan "$config" --gpus-per-node "$gpus" --gpu-memory 96 --host-memory "$host" --max-seq \
+    --set training.train_micro_batch_size_per_gpu=1 --set training.gradient_accumulation_steps=1 \
+    --set training.train_batch_size=0 "$@" 2>&1 | sed -nE 's/^longest sequence: ([0-9]+) tokens.*/\1/p'
+}
+eight=configs/reference-models/llama-3.1-8b.toml
+plain=$(longest $eight 1 480)
+offloaded=$(longest $eight 1 480 --set model.activation_offload=\"host\")
+parallel=$(longest $eight 4 1920 --set model.activation_offload=\"host\" --set parallel.sequence_parallel_size=4)
+echo "longest sequence, Llama-3.1-8B: $plain tokens on 1 GH200, $offloaded with activation offload, $parallel on 4 with Ulysses"
+[[ -n $plain && -n $offloaded && -n $parallel ]] || fail "plan --max-seq printed no length"
+((plain >= 65536 && offloaded >= 262144 && offloaded > 2 * plain && parallel >= 1048576)) \
+  || fail "the longest sequences ($plain, $offloaded, $parallel) miss the #50 goals on paper"
+out=$("$SO_BIN" plan $eight --gpus-per-node 1 --gpu-memory 96 --host-memory 480 \
+      --set data.seq_len=$((offloaded + 1024)) --set model.activation_offload=\"host\" \
+      --set training.train_micro_batch_size_per_gpu=1 --set training.gradient_accumulation_steps=1 \
+      --set training.train_batch_size=0 2>&1) && fail "1,024 tokens past the longest sequence still fits: $out"
+expect_contains "$out" "does not fit" "past the longest sequence"
+out=$("$SO_BIN" plan $eight --max-seq 2>&1) && fail "--max-seq without a capacity was accepted"
+expect_contains "$out" "give --gpu-memory and/or --host-memory" "--max-seq needs a capacity"
+out=$("$SO_BIN" plan $eight --gpus-per-node 4 --set parallel.sequence_parallel_size=4 --set data.seq_len=131072 \
+      --set training.train_micro_batch_size_per_gpu=1 --set training.gradient_accumulation_steps=1 \
+      --set training.train_batch_size=0 2>&1) || fail "plan with sequence parallelism: $out"
+expect_contains "$out" "sequence parallelism: groups of 4 ranks, each holding 32768 tokens" "the plan's shard"
+
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS
 out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/llama-3.3-70b \
@@ -75,4 +106,4 @@ expect_contains "$out" "GB of host memory on this node" "the need is stated"
 expect_contains "$out" "available: it would be killed by the out-of-memory killer" "the reason"
 expect_contains "$out" "HINT: run on about" "what would make it fit"
 ((SECONDS - start < 30)) || fail "the refusal took $((SECONDS - start)) s"
-echo "plan: 8B and 70B estimates printed; bindings shown for a quad GH200 node; a run that cannot fit is refused at start-up"
+echo "plan: 8B and 70B estimates printed; longest sequences found; bindings shown for a quad GH200 node; a run that cannot fit is refused at start-up"
