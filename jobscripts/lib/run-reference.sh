@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared body of the reference-model jobscripts: runs configs/reference-models/<model>.toml
+# Shared body of the reference-model jobscripts: runs configs/reference-models/<model>.toml (or $CONFIG)
 # under srun in the mode of DeepSpeed's SuperOffload examples.
 #   MODE=superoffload (default): CPU AdamW speculated during backward, `ratio` of it on the CPU
 #   MODE=zerooffload: the ZeRO-Offload baseline, whole optimizer on the CPU after backward
@@ -11,7 +11,8 @@ model=$1
 shift
 mode=${MODE:-superoffload}
 cd "${SLURM_SUBMIT_DIR:?run this through sbatch (jobscripts/$model.sbatch)}"
-config=configs/reference-models/$model.toml
+# CONFIG: another config than the reference model's (the long-context jobscript's).
+config=${CONFIG:-configs/reference-models/$model.toml}
 [[ -f $config ]] || { echo "error: no $config" >&2; exit 2; }
 case $mode in
   superoffload) mode_args=() ;;

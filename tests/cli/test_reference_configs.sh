@@ -25,6 +25,16 @@ for config in configs/reference-models/*.toml; do
 done
 ((count == 7)) || fail "expected the 7 reference models, found $count"
 bash -n jobscripts/lib/run-reference.sh || fail "run-reference.sh has a syntax error"
+# The long-context config (#50): valid at its 4 ranks with every long-context feature on, and
+# its plan fits a node of 4 GH200 (96 GB each, 1,920 GB host); its jobscript runs it.
+long=configs/long-context/llama-3.1-8b-128k.toml
+out=$("$SO_BIN" config "$long" --world-size 4 2>&1) || fail "$long does not validate at 4 ranks: $out"
+for expected in "sequence_parallel_size = 4" 'activation_offload = "host"' "seq_len = 131072"; do
+  expect_contains "$out" "$expected" "$long"
+done
+out=$("$SO_BIN" plan "$long" --gpus-per-node 4 --gpu-memory 96 --host-memory 1920 2>&1) || fail "$long does not fit: $out"
+expect_contains "$out" "each holding 32768 tokens" "$long's shard"
+grep -q "CONFIG=$long" jobscripts/llama-3.1-8b-long-context.sbatch || fail "no jobscript runs $long"
 # Every jobscript is preemptible and requeueable, and launches through srun --mpi=pmix.
 for script in jobscripts/*.sbatch; do
   bash -n "$script" || fail "$script has a syntax error"
