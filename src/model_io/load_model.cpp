@@ -50,11 +50,16 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     out.materialize = [model, checkpoint, non_finite, read = out.bytes_read](size_t layer) {
       *read += static_cast<double>(load_layer_weights(*model, layer, *checkpoint, non_finite));
     };
+    out.fill_ranges = [model, checkpoint, non_finite, read = out.bytes_read](size_t layer,
+                                                                              const std::vector<WeightRange>& ranges) {
+      *read += static_cast<double>(load_layer_ranges(*model, layer, *checkpoint, ranges, non_finite));
+    };
     out.pretrained = true;
   }
   if (!defer) {
     for (size_t i = 0; i < out.model->layers().size(); ++i) out.materialize(i);
     out.materialize = nullptr;
+    out.fill_ranges = nullptr;
   }
   return out;
 }

@@ -23,6 +23,10 @@ struct LoadedModel {
   // random initialisation). Until called, a layer's parameters are allocated but untouched,
   // so the operating system has not committed their memory.
   std::function<void(size_t)> materialize;
+  // From safetensors only (else null): fills just the given ranges of layer i's parameters,
+  // in fp32 into their buffers (load_layer_ranges), leaving the parameters untouched; a ZeRO
+  // rank reads its shards with it instead of materialising whole layers.
+  std::function<void(size_t, const std::vector<WeightRange>&)> fill_ranges;
   // The bytes of stored weights that materialize has read so far (0 for random initialisation).
   std::shared_ptr<double> bytes_read = std::make_shared<double>(0.0);
 };

@@ -1,6 +1,11 @@
 // Checkpoint → parameters.
 #include "model_io/weights.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -92,6 +97,31 @@ const TensorView& byte_tensor(SafetensorsCheckpoint& checkpoint, const std::stri
                 "the checkpoint is not in the MXFP4 layout this plugin reads; export it again", Error::UserInput{});
   }
   return view;
+}
+
+// Refuses (unless allowed) weights holding NaN or inf, counted after the conversion to the
+// parameter's type (an F32 value beyond F16's range becomes inf there too). `values`: the
+// parameter, or the part of it this rank read.
+void refuse_non_finite(const SafetensorsCheckpoint& checkpoint, const std::string& file_tensor, const std::string& stored,
+                       const at::Tensor& values, bool part = false) {
+  const auto count = values.isfinite().logical_not().sum().item<int64_t>();
+  if (count == 0) return;
+  throw Error(checkpoint.path_of(file_tensor).string() + ": tensor \"" + stored + "\" holds " + std::to_string(count) +
+                  " non-finite value(s) (NaN or inf) of " + std::to_string(values.numel()) +
+                  (part ? " read by this rank" : "") + " after conversion to " +
+                  std::string(c10::toString(values.scalar_type())),
+              "training from these weights gives a NaN loss from the first step; use other weights, or set "
+              "[model] allow_non_finite_weights = true if this is intended",
+              Error::UserInput{});
+}
+
+// Asks the kernel to read `length` bytes from `data` (inside a file mapping) ahead of use.
+void advise_will_need(const std::byte* data, size_t length) {
+  if (length == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(data) + length;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);  // advice only: a failure costs speed
 }
 
 }  // namespace
@@ -187,18 +217,50 @@ size_t load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckp
     }
     parameter.copy_(source);  // converts dtype and device
     // Counted after the conversion: an F32 value beyond F16's range becomes inf here too.
-    if (non_finite == NonFiniteWeights::refuse) {
-      const auto count = parameter.isfinite().logical_not().sum().item<int64_t>();
-      if (count > 0) {
-        throw Error(checkpoint.path_of(mxfp4 ? stored + "_blocks" : stored).string() + ": tensor \"" + stored +
-                        "\" holds " + std::to_string(count) + " non-finite value(s) (NaN or inf) of " +
-                        std::to_string(parameter.numel()) + " after conversion to " +
-                        std::string(c10::toString(parameter.scalar_type())),
-                    "training from these weights gives a NaN loss from the first step; use other weights, or set "
-                    "[model] allow_non_finite_weights = true if this is intended",
-                    Error::UserInput{});
+    if (non_finite == NonFiniteWeights::refuse) refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, parameter);
+  }
+  return bytes;
+}
+
+size_t load_layer_ranges(CausalLM& model, size_t layer_index, SafetensorsCheckpoint& checkpoint,
+                         const std::vector<WeightRange>& ranges, NonFiniteWeights non_finite) {
+  torch::NoGradGuard no_grad;
+  const auto parameters = model.layers().at(layer_index)->hf_parameters();
+  // The kernel reads ahead every range of the layer while the first are converted.
+  for (const auto& r : ranges) {
+    const auto& [name, parameter] = parameters.at(r.parameter);
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    if (is_mxfp4(checkpoint, stored)) continue;
+    const auto& view = float_tensor(checkpoint, stored);
+    const size_t element = view.bytes / static_cast<size_t>(std::max<int64_t>(1, parameter.numel()));
+    advise_will_need(view.data + static_cast<size_t>(r.begin) * element, static_cast<size_t>(r.numel) * element);
+  }
+  size_t bytes = 0;
+  std::map<size_t, at::Tensor> dequantized;  // MXFP4 parameters of this layer, whole
+  for (const auto& r : ranges) {
+    const auto& [name, parameter] = parameters.at(r.parameter);
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    const bool mxfp4 = is_mxfp4(checkpoint, stored);
+    at::Tensor source;
+    if (mxfp4) {
+      auto& whole = dequantized[r.parameter];
+      if (!whole.defined()) {
+        whole = dequantize_mxfp4(byte_tensor(checkpoint, stored + "_blocks"), byte_tensor(checkpoint, stored + "_scales"));
+        bytes += byte_tensor(checkpoint, stored + "_blocks").bytes + byte_tensor(checkpoint, stored + "_scales").bytes;
       }
+      source = whole;
+    } else {
+      source = as_tensor(float_tensor(checkpoint, stored));
+      bytes += static_cast<size_t>(r.numel) * source.element_size();
     }
+    if (source.sizes() != parameter.sizes()) {
+      throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
+                      shape_text(parameter.sizes()) + " in the model",
+                  "check that config.json belongs to these weights", Error::UserInput{});
+    }
+    auto into = at::from_blob(r.into, {r.numel}, at::kFloat);
+    into.copy_(source.reshape({-1}).narrow(0, r.begin, r.numel));  // converts; touches only these bytes
+    if (non_finite == NonFiniteWeights::refuse) refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, into, /*part=*/true);
   }
   return bytes;
 }

@@ -27,6 +27,20 @@ enum class NonFiniteWeights { refuse, allow };
 // U8), whose shape differs, or (unless allowed) that holds a non-finite value.
 size_t load_layer_weights(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint,
                           NonFiniteWeights non_finite = NonFiniteWeights::refuse);
+// A run of one parameter's elements (flat, row-major) and the fp32 buffer they go to.
+struct WeightRange {
+  size_t parameter = 0;  // index into the layer's hf_parameters()
+  int64_t begin = 0;     // first element within the parameter
+  int64_t numel = 0;
+  float* into = nullptr;
+};
+
+// Like load_layer_weights, but only `ranges` of the layer's parameters, converted to fp32 into
+// their buffers: the bytes of the mapping outside them are never touched (a ZeRO rank reads its
+// shard, not the model). MXFP4 tensors are dequantized whole, then cut. Returns the stored
+// bytes read; the same refusals (type, shape, non-finite values within the ranges).
+size_t load_layer_ranges(CausalLM& model, size_t layer, SafetensorsCheckpoint& checkpoint,
+                         const std::vector<WeightRange>& ranges, NonFiniteWeights non_finite = NonFiniteWeights::refuse);
 // check_weights, then every layer.
 void load_weights(CausalLM& model, SafetensorsCheckpoint& checkpoint,
                   NonFiniteWeights non_finite = NonFiniteWeights::refuse);

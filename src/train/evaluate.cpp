@@ -8,6 +8,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "io/hdf5_file.hpp"
 #include "model_io/load_model.hpp"
+#include "train/weights_by_shard.hpp"
 #include "zero/engine.hpp"
 
 namespace superoffload::train {
@@ -49,7 +50,7 @@ EvalResult evaluate(const EvalRequest& request) {
                            .activation_checkpointing = false,
                            .persistence_threshold = 0,
                            .loss_chunk_tokens = 512},
-                          loaded.materialize);
+                          loaded.fill_ranges ? nullptr : loaded.materialize, shard_filler(loaded));
   const auto total = engine.forward_loss(tokens, labels, positions);
   EvalResult result{.sequences = batch,
                     .seq_len = seq,

@@ -42,6 +42,7 @@
 #include "train/build_info.hpp"
 #include "train/eval_tracker.hpp"
 #include "train/validation.hpp"
+#include "train/weights_by_shard.hpp"
 #include "train/checkpointing.hpp"
 #include "train/device_memory.hpp"
 #include "train/lr_schedule.hpp"
@@ -469,23 +470,100 @@ void prepare_validation(ValidationSet& set, const config::Config& cfg, const clu
   }
 }
 
-}  // namespace
+// One training run in its named phases, each a method, in the order run_training calls them:
+//   set_up_engine  the memory check, the model, the communicators, the engine (weights read or
+//                  initialised as it partitions), the optimizer, the cache partition;
+//   set_up_data    the training and validation data, the sampler, the schedule;
+//   resume         the checkpoint (if any), the metrics file;
+//   loop           the steps, each one train_step: data, step, metrics, validation, saves,
+//                  early stopping and preemption;
+//   tear_down      the final checkpoint and the summary.
+// Members are declared in the order the phases make them, so they go in the reverse order,
+// as the locals of one long function did (the engine outlives the optimizer and checkpoints).
+class TrainingRun {
+ public:
+  TrainingRun(const config::Config& cfg, const cluster::MpiWorld& world, const cluster::RankBinding& binding,
+              const std::vector<std::string>& binding_table, const std::string& resume)
+      : cfg_(cfg),
+        t_(cfg.training),
+        world_(world),
+        binding_(binding),
+        binding_table_(binding_table),
+        resume_(resume),
+        rank_(world.rank()),
+        device_(choose_device(cfg.runtime, binding)),
+        timeline_(base::StartupTimeline::instance()) {}
 
-TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& world, const cluster::RankBinding& binding,
-                          const std::vector<std::string>& binding_table, const std::string& resume) {
-  const auto& t = cfg.training;
-  const int rank = world.rank(), size = world.size();
-  const at::Device device = choose_device(cfg.runtime, binding);
+  void set_up_engine();
+  void set_up_data();
+  void resume();
+  void loop();
+  TrainSummary tear_down();
 
+ private:
+  // One step of the loop; false: the run stops after it (early stopping, a stop signal).
+  bool train_step(int64_t step);
+  std::pair<ValidationResult, EvalDecision> evaluate_after(int64_t step);
+  TrainingPosition position_at(int64_t step) const {
+    return TrainingPosition{step, sampler_->position(), skips_->total(), tracker_->state()};
+  }
+
+  const config::Config& cfg_;
+  const config::TrainingConfig& t_;
+  const cluster::MpiWorld& world_;
+  const cluster::RankBinding& binding_;
+  const std::vector<std::string>& binding_table_;
+  const std::string resume_;
+  const int rank_;
+  const at::Device device_;
+  base::StartupTimeline& timeline_;
+  // set_up_engine
+  std::string resume_request_;  // the checkpoint to resume from ("" none, "latest" or a directory)
+  bool fill_from_checkpoint_ = false;  // one was found: the model was left for it to fill
+  std::optional<model::LoadedModel> loaded_;
+  model::ModelShape shape_;
+  std::unique_ptr<comm::Communicator> communicator_;
+  std::unique_ptr<zero::SequenceParallel> sequence_parallel_;
+  std::unique_ptr<zero::ZeroEngine> engine_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<CachePartition> cache_partition_;
+  // set_up_data
+  std::optional<data::TokenDataset> dataset_;
+  ValidationSet eval_set_;
+  std::optional<data::DistributedSampler> sampler_;
+  int64_t total_steps_ = 0;
+  std::optional<LrSchedule> schedule_;
+  ThroughputInputs throughput_;
+  double peak_ = 0;
+  // resume
+  std::unique_ptr<TrainingCheckpoints> checkpoints_;
+  TrainingPosition position_;
+  std::unique_ptr<MetricsRecorder> metrics_;
+  // loop
+  TrainSummary summary_;
+  std::optional<SkipAccounting> skips_;
+  double timed_s_ = 0;
+  int64_t timed_steps_ = 0;
+  double start_s_ = 0;
+  std::optional<cluster::Watchdog> watchdog_;
+  std::optional<EvalTracker> tracker_;
+  const Validation* validation_ = nullptr;
+  std::optional<StepTracer> tracer_;
+};
+
+void TrainingRun::set_up_engine() {
+  const auto& cfg = cfg_;
+  const auto& t = t_;
+  const auto& world = world_;
+  const int rank = rank_;
+  const auto device = device_;
+  auto& timeline = timeline_;
   if (rank == 0 && !device.is_cuda() && cfg.precision.bf16 && !cluster::cpu_has_native_bf16()) {
     SO_LOG(warning) << "[precision] bf16 = true on a CPU without native bf16 (no AVX512-BF16, AMX-BF16 or Arm BF16): "
                        "LibTorch emulates bf16 matrix products here, which can be tens of times slower than fp32 — "
                        "for a CPU run set [precision] bf16 = false";
   }
-
-  // ---- Set-up: model, engine, optimizer, data, checkpoints, metrics; each a phase of the
-  // start-up timeline, reported after step 1.
-  auto& timeline = base::StartupTimeline::instance();
+  // Each part a phase of the start-up timeline, reported after step 1.
   process_baseline_bytes();  // measured now, before the run allocates: the plan's runtime share
   if (cfg.runtime.check_memory) {
     check_memory_fits(cfg, world, device);
@@ -493,10 +571,11 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     check_model_buildable(cfg);
   }
   timeline.mark("memory plan check");
-  auto loaded = model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
-                                  /*defer=*/true,
-                                  cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow
-                                                                     : model::NonFiniteWeights::refuse);
+  loaded_.emplace(model::load_model(cfg.model.path, cfg.model.plugin, cfg.model.init, static_cast<uint64_t>(t.seed),
+                                    /*defer=*/true,
+                                    cfg.model.allow_non_finite_weights ? model::NonFiniteWeights::allow
+                                                                       : model::NonFiniteWeights::refuse));
+  auto& loaded = *loaded_;
   if (rank == 0) {
     for (const auto& [key, p] : loaded.config.dropouts()) {
       SO_LOG(warning) << loaded.config.path() << ": " << key << " = " << p
@@ -504,37 +583,48 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                          "train mode) — set it to 0.0 to silence this, or expect a run that regularises less than HF's";
     }
   }
-  const auto shape = loaded.model->shape();
+  shape_ = loaded.model->shape();
+  const auto& shape = shape_;
   timeline.mark("model build");
-  auto communicator = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
-  const auto sequence_parallel = make_sequence_parallel(cfg, loaded.config, world, device);
+  communicator_ = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
+  sequence_parallel_ = make_sequence_parallel(cfg, loaded.config, world, device);
   // A run that will resume takes every weight and the optimizer state from the checkpoint:
   // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
-  // minutes of work the checkpoint overwrites). Found now, before the engine; resume() below
-  // then loads it or throws (it never leaves a half-loaded state).
-  const std::string resume_request = !resume.empty() ? resume : (cfg.checkpoint.auto_resume ? "latest" : "");
-  bool fill_from_checkpoint = false;
-  if (!resume_request.empty()) {
+  // minutes of work the checkpoint overwrites). Found now, before the engine; resume() then
+  // loads it or throws (it never leaves a half-loaded state).
+  resume_request_ = !resume_.empty() ? resume_ : (cfg.checkpoint.auto_resume ? "latest" : "");
+  if (!resume_request_.empty()) {
     std::vector<std::string> notes;  // resume() says them
-    fill_from_checkpoint = !io::resolve_checkpoint(TrainingCheckpoints::root_of(cfg), resume_request, world.world(),
-                                                   notes, io::Verify::structure)
-                                .empty();
+    fill_from_checkpoint_ = !io::resolve_checkpoint(TrainingCheckpoints::root_of(cfg), resume_request_, world.world(),
+                                                    notes, io::Verify::structure)
+                                 .empty();
   }
+  const bool fill_from_checkpoint = fill_from_checkpoint_;
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
+  // Weights from safetensors: each rank reads only its shards' bytes, straight into them
+  // (load_layer_ranges); random initialisation makes whole layers (each tensor seeded by its
+  // name) and the engine keeps the shard.
   base::PhaseCost filling;
-  zero::ZeroEngine engine(loaded.model, *communicator,
-                          engine_options(cfg, device, shape.hidden_size, sequence_parallel.get()),
-                          [&filling, &loaded, fill_from_checkpoint](size_t layer) {
-                            if (!fill_from_checkpoint) base::add_cost(filling, [&] { loaded.materialize(layer); });
-                          });
+  const bool by_shard = !fill_from_checkpoint && loaded.fill_ranges != nullptr;
+  const auto fill_shard =
+      by_shard ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
+               : nullptr;
+  engine_ = std::make_unique<zero::ZeroEngine>(
+      loaded.model, *communicator_, engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get()),
+      [&filling, &loaded, fill_from_checkpoint, by_shard](size_t layer) {
+        if (!fill_from_checkpoint && !by_shard) base::add_cost(filling, [&] { loaded.materialize(layer); });
+      },
+      fill_shard);
+  auto& engine = *engine_;
   std::vector<base::StartupPhase> filled;
   if (!fill_from_checkpoint) {
     filled.push_back({loaded.pretrained ? "weights read" : "random initialisation", filling,
                       loaded.pretrained ? *loaded.bytes_read : std::nan("")});
   }
   timeline.mark("partitioning and communicator", filled);
-  const auto optimizer = make_optimizer(cfg, engine, binding);
+  optimizer_ = make_optimizer(cfg, engine, binding_);
+  const auto& optimizer = optimizer_;
   timeline.mark("optimizer state", optimizer->setup_phases());
   if (rank == 0) SO_LOG(info) << "optimizer: " << optimizer->describe();
   if (const int64_t tile = mlp_tile_tokens(cfg, shape.hidden_size); rank == 0 && tile > 0) {
@@ -552,56 +642,69 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
                  << ", copied out in forward and back one layer ahead of its recompute";
   }
   // The optimizer's threads in a resctrl group of their own, the rest in another (or why not).
-  CachePartition cache_partition(cfg.runtime, world, binding.cpus.cpus(), optimizer->thread_ids());
+  cache_partition_.emplace(cfg.runtime, world, binding_.cpus.cpus(), optimizer->thread_ids());
   if (rank == 0) {
-    for (const auto& line : cache_partition.lines()) SO_LOG(info) << line;
+    for (const auto& line : cache_partition_->lines()) SO_LOG(info) << line;
   }
+}
 
+void TrainingRun::set_up_data() {
+  const auto& cfg = cfg_;
+  const auto& t = t_;
+  const auto& world = world_;
+  const int rank = rank_;
+  auto& engine = *engine_;
+  const auto& shape = shape_;
   auto tokens = load_tokens(cfg, cfg.data.path, world);
   const bool documents = attends_within_documents(cfg.data.attention, tokens, rank == 0);
-  const data::TokenDataset dataset(std::move(tokens), cfg.data.seq_len, cfg.data.path, shape.vocab_size, documents);
-  ValidationSet eval_set;
-  prepare_validation(eval_set, cfg, world, engine.data_parallel_size(), dataset, shape.vocab_size);
-  const auto& trained = eval_set.trained;
+  dataset_.emplace(std::move(tokens), cfg.data.seq_len, cfg.data.path, shape.vocab_size, documents);
+  const auto& dataset = *dataset_;
+  prepare_validation(eval_set_, cfg, world, engine.data_parallel_size(), dataset, shape.vocab_size);
+  const auto& trained = eval_set_.trained;
   // Data parallelism is over replicas: the ranks of a sequence-parallel group draw the same rows.
-  data::DistributedSampler sampler(trained.empty() ? dataset.size() : static_cast<int64_t>(trained.size()),
-                                   static_cast<uint64_t>(t.seed), cfg.data.shuffle, engine.data_parallel_size(),
-                                   engine.data_parallel_rank(), t.train_micro_batch_size_per_gpu,
-                                   t.gradient_accumulation_steps);
-  int64_t total_steps = t.max_steps > 0 ? t.max_steps : t.epochs * sampler.batches_per_epoch();
-  if (t.bench_steps > 0) total_steps = std::min(total_steps, t.timing_warmup_steps + t.bench_steps);
-  timeline.mark("tokenizer and data");
-  const LrSchedule schedule(cfg.lr_schedule, cfg.optimizer.lr, total_steps);
+  sampler_.emplace(trained.empty() ? dataset.size() : static_cast<int64_t>(trained.size()),
+                   static_cast<uint64_t>(t.seed), cfg.data.shuffle, engine.data_parallel_size(),
+                   engine.data_parallel_rank(), t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps);
+  total_steps_ = t.max_steps > 0 ? t.max_steps : t.epochs * sampler_->batches_per_epoch();
+  if (t.bench_steps > 0) total_steps_ = std::min(total_steps_, t.timing_warmup_steps + t.bench_steps);
+  timeline_.mark("tokenizer and data");
+  schedule_.emplace(cfg.lr_schedule, cfg.optimizer.lr, total_steps_);
 
-  const ThroughputInputs throughput{.active_parameters = static_cast<double>(shape.active_parameters),
-                                    .layers = shape.num_layers,
-                                    .hidden = shape.hidden_size,
-                                    .seq_len = cfg.data.seq_len,
-                                    .activation_checkpointing = t.activation_checkpointing,
-                                    .samples_per_step = t.train_batch_size,
-                                    .world_size = size};
-  const double peak = peak_tflops(cfg.runtime.peak_tflops, binding.gpu_name);
+  throughput_ = ThroughputInputs{.active_parameters = static_cast<double>(shape.active_parameters),
+                                 .layers = shape.num_layers,
+                                 .hidden = shape.hidden_size,
+                                 .seq_len = cfg.data.seq_len,
+                                 .activation_checkpointing = t.activation_checkpointing,
+                                 .samples_per_step = t.train_batch_size,
+                                 .world_size = world.size()};
+  peak_ = peak_tflops(cfg.runtime.peak_tflops, binding_.gpu_name);
   if (rank == 0) {
     SO_LOG(info) << "training " << shape.total_parameters / 1e6 << "M parameters (" << shape.active_parameters / 1e6
-                 << "M active) on " << size << " rank(s), device " << device.str() << ", "
-                 << (cfg.precision.bf16 ? "bf16" : "fp32") << ", " << total_steps << " steps of "
+                 << "M active) on " << world.size() << " rank(s), device " << device_.str() << ", "
+                 << (cfg.precision.bf16 ? "bf16" : "fp32") << ", " << total_steps_ << " steps of "
                  << t.train_batch_size << " x " << cfg.data.seq_len << " tokens; dataset " << dataset.size()
                  << " samples" << (trained.empty() ? "" : ", " + std::to_string(trained.size()) + " trained on") << " ("
-                 << sampler.batches_per_epoch() << " steps per epoch)";
+                 << sampler_->batches_per_epoch() << " steps per epoch)";
   }
+}
 
-  TrainingCheckpoints checkpoints(cfg, engine, *optimizer, world,
-                                  {{"path", cfg.model.path},
-                                   {"architecture", loaded.config.architecture()},
-                                   {"plugin", loaded.plugin.name},
-                                   {"plugin_version", loaded.plugin.version},
-                                   {"total_parameters", shape.total_parameters}});
-  TrainingPosition position;
-  if (!resume_request.empty()) {
-    if (auto resumed = checkpoints.resume(resume_request)) {
-      position = *resumed;
-      sampler.set_position(position.sampler);
-    } else if (fill_from_checkpoint) {
+void TrainingRun::resume() {
+  const auto& cfg = cfg_;
+  const auto& world = world_;
+  const int rank = rank_;
+  auto& engine = *engine_;
+  checkpoints_ = std::make_unique<TrainingCheckpoints>(cfg, engine, *optimizer_, world,
+                                                       nlohmann::json{{"path", cfg.model.path},
+                                                                      {"architecture", loaded_->config.architecture()},
+                                                                      {"plugin", loaded_->plugin.name},
+                                                                      {"plugin_version", loaded_->plugin.version},
+                                                                      {"total_parameters", shape_.total_parameters}});
+  auto& checkpoints = *checkpoints_;
+  if (!resume_request_.empty()) {
+    if (auto resumed = checkpoints.resume(resume_request_)) {
+      position_ = *resumed;
+      sampler_->set_position(position_.sampler);
+    } else if (fill_from_checkpoint_) {
       throw Error("the checkpoint found under " + checkpoints.root().string() +
                       " at start-up is gone, and the model was left for it to fill",
                   "keep the run directory unchanged while a job starts, and submit again", Error::UserInput{});
@@ -609,194 +712,244 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
       SO_LOG(info) << "no checkpoint under " << checkpoints.root().string() << ": starting from step 0";
     }
   }
-  SO_CHECK(position.step <= total_steps, "the checkpoint is at step " << position.step << ", past the "
-                                                                     << total_steps << " steps of this run"
-                                                                     << hint("raise [training] max_steps to train further"));
-  timeline.mark(position.step > 0 ? "checkpoint resume" : "checkpoints");
+  SO_CHECK(position_.step <= total_steps_, "the checkpoint is at step " << position_.step << ", past the "
+                                                                       << total_steps_ << " steps of this run"
+                                                                       << hint("raise [training] max_steps to train further"));
+  timeline_.mark(position_.step > 0 ? "checkpoint resume" : "checkpoints");
   std::vector<std::string> startup_phases;
-  for (const auto& phase : timeline.phases()) startup_phases.push_back(phase.name);
+  for (const auto& phase : timeline_.phases()) startup_phases.push_back(phase.name);
   startup_phases.insert(startup_phases.end(), {"metrics", "first step"});
-  MetricsRecorder metrics(cfg, world, position.step, run_attributes(cfg, world, binding_table, device),
-                          layer_names(engine.layers()), startup_phases);
-  timeline.mark("metrics");
+  metrics_ = std::make_unique<MetricsRecorder>(cfg, world, position_.step,
+                                               run_attributes(cfg, world, binding_table_, device_),
+                                               layer_names(engine.layers()), startup_phases);
+  timeline_.mark("metrics");
+}
 
-  // ---- The loop.
-  TrainSummary summary;
-  summary.first_step = position.step;
-  SkipAccounting skips(cfg.optimizer.max_consecutive_skips, position.skipped_steps);
-  double timed_s = 0;
-  int64_t timed_steps = 0;
-  const double start_s = now_s();
+std::pair<ValidationResult, EvalDecision> TrainingRun::evaluate_after(int64_t step) {
+  const std::string name =
+      step == 0 ? "evaluation before the first step: " : "evaluation after step " + std::to_string(step) + ": ";
+  auto& watchdog = *watchdog_;
+  const auto result = validation_->evaluate(*engine_, [&](const std::string& what) { watchdog.progress(name + what); });
+  const auto decision = tracker_->observe(step, result.loss);
+  metrics_->record_eval({.step = step, .loss = result.loss, .tokens = result.tokens, .seconds = result.seconds});
+  if (rank_ == 0 && !std::isfinite(result.loss)) {
+    SO_LOG(warning) << "the eval loss after step " << step << " is " << result.loss
+                    << ": recorded in metrics.h5, never taken as the best (the weights have diverged if the training "
+                       "loss has too; otherwise a validation sample overflows the compute precision)";
+  }
+  summary_.eval_loss = result.loss;
+  return {result, decision};
+}
+
+void TrainingRun::loop() {
+  const auto& t = t_;
+  const int rank = rank_;
+  auto& checkpoints = *checkpoints_;
+  summary_.first_step = position_.step;
+  skips_.emplace(cfg_.optimizer.max_consecutive_skips, position_.skipped_steps);
+  start_s_ = now_s();
   // From here on every rank reports progress; a rank stuck past collective_timeout_s ends the job.
-  cluster::Watchdog watchdog(cfg.runtime.collective_timeout_s, rank);
+  watchdog_.emplace(cfg_.runtime.collective_timeout_s, rank);
+  auto& watchdog = *watchdog_;
   checkpoints.on_progress([&watchdog](const std::string& what) { watchdog.progress(what); });
   // Validation: the best eval loss and the patience carry over from the checkpoint.
-  EvalTracker tracker(t.early_stopping_patience, t.early_stopping_threshold);
-  tracker.restore(position.evaluation);
-  const auto* validation = eval_set.validation ? &*eval_set.validation : nullptr;
-  auto evaluate_after = [&](int64_t step) {
-    const std::string name = step == 0 ? "evaluation before the first step: " : "evaluation after step " + std::to_string(step) + ": ";
-    const auto result = validation->evaluate(engine, [&](const std::string& what) { watchdog.progress(name + what); });
-    const auto decision = tracker.observe(step, result.loss);
-    metrics.record_eval({.step = step, .loss = result.loss, .tokens = result.tokens, .seconds = result.seconds});
-    if (rank == 0 && !std::isfinite(result.loss)) {
-      SO_LOG(warning) << "the eval loss after step " << step << " is " << result.loss
-                      << ": recorded in metrics.h5, never taken as the best (the weights have diverged if the training "
-                         "loss has too; otherwise a validation sample overflows the compute precision)";
-    }
-    summary.eval_loss = result.loss;
-    return std::pair{result, decision};
-  };
-  auto position_at = [&](int64_t step) {
-    return TrainingPosition{step, sampler.position(), skips.total(), tracker.state()};
-  };
-  if (validation && t.eval_on_start && position.step == 0) {
+  tracker_.emplace(t.early_stopping_patience, t.early_stopping_threshold);
+  tracker_->restore(position_.evaluation);
+  validation_ = eval_set_.validation ? &*eval_set_.validation : nullptr;
+  if (validation_ && t.eval_on_start && position_.step == 0) {
     const auto [result, decision] = evaluate_after(0);
     if (rank == 0) {
-      SO_LOG(info) << "Step 0/" << total_steps << " (before training)" << format_eval(result.loss) << " | "
+      SO_LOG(info) << "Step 0/" << total_steps_ << " (before training)" << format_eval(result.loss) << " | "
                    << result.tokens << " tokens in " << format_significant(result.seconds, 3) << " s";
     }
-    if (cfg.checkpoint.keep_best && decision.best) {
+    if (cfg_.checkpoint.keep_best && decision.best) {
       checkpoints.save(position_at(0), TrainingCheckpoints::Kind::periodic, /*best=*/true);
     }
   }
-  StepTracer tracer(cfg.profile, engine.device(), rank, t.output_dir, position.step, total_steps);
-  for (int64_t step = position.step; step < total_steps; ++step) {
-    tracer.begin_step(step + 1);
-    const double step_start = now_s();
-    reset_device_peak(device);
-    const std::string step_name = "step " + std::to_string(step + 1) + ": ";
-    watchdog.progress(step_name + "data");
-    const auto batches = [&] {
-      const zero::TraceScope traced("superoffload/data");
-      return next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
-    }();
-    const double data_s = now_s() - step_start;
-    const double lr = schedule.at(step);
-    std::optional<zero::LayerProfiler> profiler;  // [profile] step
-    if (cfg.profile.step == step + 1) {
-      profiler.emplace(engine.device(), engine.layers().size());
-      engine.set_profiler(&*profiler);
-    }
-    const auto result = run_step(engine, *optimizer, batches, lr,
-                                 {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
-    if (step == position.step) {
-      timeline.mark("first step");
-      report_startup(world, timeline, metrics);
-    }
-    if (const auto traced = tracer.end_step(step + 1)) {
-      watchdog.progress(step_name + "trace summary");
-      report_trace(world, tracer, *traced, metrics);
-    }
-    if (profiler) {
-      engine.set_profiler(nullptr);
-      watchdog.progress(step_name + "profile");
-      report_layer_profile(cfg, world, engine, *optimizer, *profiler, shape, step + 1, metrics);
-    }
-    skips.count(result.outcome, result.loss, step + 1);
-    const double step_s = now_s() - step_start;
-    summary.losses.push_back(result.loss);
-    if (step - position.step >= t.timing_warmup_steps) {  // a resumed run warms up again
-      timed_s += step_s;
-      ++timed_steps;
-    }
-    const auto measured = measure_throughput(throughput, step_s, peak);
-    const auto cache_use = cache_partition.sample();
-    // Zero only when no layer computes it: with a router it is at least E·min(P) > 0.
-    const double aux_loss = result.aux_loss > 0 ? result.aux_loss : std::nan("");
-    metrics.record({.step = step + 1,
-                    .loss = result.loss,
-                    .lr = lr,
-                    .grad_norm = result.outcome.grad_norm,
-                    .step_time_s = step_s,
-                    .aux_loss = aux_loss,
-                    .throughput = measured,
-                    .skipped = result.outcome.skipped,
-                    .speculation = result.outcome.speculation,
-                    .engine = result.engine,
-                    .optimizer = result.optimizer,
-                    .peak_gathered_elements = engine.memory().peak_live_numel,
-                    .device_peak_bytes = device_peak_bytes(device).value_or(std::nan("")),
-                    .device_reserved_peak_bytes = device_reserved_peak_bytes(device).value_or(std::nan("")),
-                    .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
-                    .rest_mem_gb_per_s = cache_use.rest_gb_per_s,
-                    .optimizer_cache_bytes = cache_use.optimizer_cache_bytes,
-                    .rest_cache_bytes = cache_use.rest_cache_bytes});
-    // Validation every eval_every_steps and after the last step.
-    const bool evaluate_now = validation != nullptr && ((t.eval_every_steps > 0 && (step + 1) % t.eval_every_steps == 0) ||
-                                                        step + 1 == total_steps);
-    ValidationResult eval_result;
-    EvalDecision decision;
-    if (evaluate_now) std::tie(eval_result, decision) = evaluate_after(step + 1);
-    if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps || evaluate_now)) {
-      const double elapsed = now_s() - start_s;
-      SO_LOG(info) << format_step_line(
-          {.step = step + 1,
-           .total_steps = total_steps,
-           .loss = result.loss,
-           .lr = lr,
-           .grad_norm = result.outcome.grad_norm,
-           .aux_loss = aux_loss,
-           .step_s = step_s,
-           .throughput = measured,
-           .skipped = result.outcome.skipped,
-           .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1),
-           .evaluated = evaluate_now,
-           .eval_loss = eval_result.loss,
-           .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
-           .optimizer_cap_percent = cache_partition.optimizer_bandwidth_cap_percent()});
-      if (cfg.metrics.wall_clock_breakdown) {
-        SO_LOG(info) << format_breakdown(result.engine, result.optimizer,
-                                         {.step_s = step_s,
-                                          .data_s = data_s,
-                                          .forward_backward_s = result.forward_backward_s,
-                                          .optimizer_s = result.optimizer_s});
-      }
-    }
-    if (rank == 0 && cfg.logging.steps_per_print > 0 && (step + 1) % cfg.logging.steps_per_print == 0) {
-      SO_LOG(info) << format_deepspeed_progress(step + 1, skips.total(), lr, cfg.optimizer.betas.at(0),
-                                                cfg.optimizer.betas.at(1));
-    }
-    // A new lowest eval loss with [checkpoint] keep_best is saved now, whether or not a
-    // periodic save falls on this step.
-    const bool save_best = cfg.checkpoint.keep_best && decision.best;
-    if ((cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) || save_best) {
-      watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
-      metrics.flush();
-      checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::periodic, save_best);
-    }
-    if (decision.stop) {
-      const auto& best = tracker.state();
-      if (rank == 0) {
-        SO_LOG(warning) << "early stopping after step " << step + 1 << " of " << total_steps << ": " << tracker.patience()
-                        << " evaluation(s) in a row without lowering the eval loss"
-                        << (t.early_stopping_threshold > 0 ? " by more than " + format_significant(t.early_stopping_threshold, 3)
-                                                           : std::string())
-                        << " ([training] early_stopping_patience); the lowest was " << format_significant(best.best_loss, 6)
-                        << " after step " << best.best_step;
-      }
-      metrics.flush();
-      if (cfg.checkpoint.save_on_exit) {
-        watchdog.progress("saving the checkpoint of the early stop");
-        checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
-      }
-      summary.steps = step + 1;
-      summary.stopped_early = true;
-      break;
-    }
-    watchdog.progress(step_name + "agreeing on stop signals");
-    // Preemption: the ranks agree at the step boundary, save together and stop.
-    if (step + 1 < total_steps && (summary.stop_signal = cluster::agreed_stop_signal(world.world())) != 0) {
-      if (rank == 0) {
-        SO_LOG(warning) << "signal " << summary.stop_signal << " (" << strsignal(summary.stop_signal)
-                        << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
-      }
-      metrics.flush();
-      checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
-      summary.steps = step + 1;
-      break;
+  tracer_.emplace(cfg_.profile, engine_->device(), rank, t.output_dir, position_.step, total_steps_);
+  for (int64_t step = position_.step; step < total_steps_; ++step) {
+    if (!train_step(step)) return;
+  }
+}
+
+bool TrainingRun::train_step(int64_t step) {
+  // The names of one long function's locals, so the step reads as it did there.
+  const auto& cfg = cfg_;
+  const auto& t = t_;
+  const auto& world = world_;
+  const int rank = rank_;
+  const auto device = device_;
+  auto& timeline = timeline_;
+  auto& engine = *engine_;
+  auto& optimizer = optimizer_;
+  auto& sampler = *sampler_;
+  const auto& dataset = *dataset_;
+  const auto& trained = eval_set_.trained;
+  const auto& schedule = *schedule_;
+  const auto& shape = shape_;
+  auto& checkpoints = *checkpoints_;
+  auto& metrics = *metrics_;
+  auto& summary = summary_;
+  auto& skips = *skips_;
+  auto& watchdog = *watchdog_;
+  auto& tracker = *tracker_;
+  auto& tracer = *tracer_;
+  auto& cache_partition = *cache_partition_;
+  const auto& position = position_;
+  const int64_t total_steps = total_steps_;
+  const auto* validation = validation_;
+  auto evaluate_after = [this](int64_t at) { return this->evaluate_after(at); };
+  auto position_at = [this](int64_t at) { return this->position_at(at); };
+  tracer.begin_step(step + 1);
+  const double step_start = now_s();
+  reset_device_peak(device);
+  const std::string step_name = "step " + std::to_string(step + 1) + ": ";
+  watchdog.progress(step_name + "data");
+  const auto batches = [&] {
+    const zero::TraceScope traced("superoffload/data");
+    return next_micro_batches(sampler, dataset, cfg.data.seq_len, trained);
+  }();
+  const double data_s = now_s() - step_start;
+  const double lr = schedule.at(step);
+  std::optional<zero::LayerProfiler> profiler;  // [profile] step
+  if (cfg.profile.step == step + 1) {
+    profiler.emplace(engine.device(), engine.layers().size());
+    engine.set_profiler(&*profiler);
+  }
+  const auto result = run_step(engine, *optimizer, batches, lr,
+                               {.progress = [&](const std::string& what) { watchdog.progress(step_name + what); }});
+  if (step == position.step) {
+    timeline.mark("first step");
+    report_startup(world, timeline, metrics);
+  }
+  if (const auto traced = tracer.end_step(step + 1)) {
+    watchdog.progress(step_name + "trace summary");
+    report_trace(world, tracer, *traced, metrics);
+  }
+  if (profiler) {
+    engine.set_profiler(nullptr);
+    watchdog.progress(step_name + "profile");
+    report_layer_profile(cfg, world, engine, *optimizer, *profiler, shape, step + 1, metrics);
+  }
+  skips.count(result.outcome, result.loss, step + 1);
+  const double step_s = now_s() - step_start;
+  summary.losses.push_back(result.loss);
+  if (step - position.step >= t.timing_warmup_steps) {  // a resumed run warms up again
+    timed_s_ += step_s;
+    ++timed_steps_;
+  }
+  const auto measured = measure_throughput(throughput_, step_s, peak_);
+  const auto cache_use = cache_partition.sample();
+  // Zero only when no layer computes it: with a router it is at least E·min(P) > 0.
+  const double aux_loss = result.aux_loss > 0 ? result.aux_loss : std::nan("");
+  metrics.record({.step = step + 1,
+                  .loss = result.loss,
+                  .lr = lr,
+                  .grad_norm = result.outcome.grad_norm,
+                  .step_time_s = step_s,
+                  .aux_loss = aux_loss,
+                  .throughput = measured,
+                  .skipped = result.outcome.skipped,
+                  .speculation = result.outcome.speculation,
+                  .engine = result.engine,
+                  .optimizer = result.optimizer,
+                  .peak_gathered_elements = engine.memory().peak_live_numel,
+                  .device_peak_bytes = device_peak_bytes(device).value_or(std::nan("")),
+                  .device_reserved_peak_bytes = device_reserved_peak_bytes(device).value_or(std::nan("")),
+                  .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
+                  .rest_mem_gb_per_s = cache_use.rest_gb_per_s,
+                  .optimizer_cache_bytes = cache_use.optimizer_cache_bytes,
+                  .rest_cache_bytes = cache_use.rest_cache_bytes});
+  // Validation every eval_every_steps and after the last step.
+  const bool evaluate_now = validation != nullptr && ((t.eval_every_steps > 0 && (step + 1) % t.eval_every_steps == 0) ||
+                                                      step + 1 == total_steps);
+  ValidationResult eval_result;
+  EvalDecision decision;
+  if (evaluate_now) std::tie(eval_result, decision) = evaluate_after(step + 1);
+  if (rank == 0 && ((step + 1) % cfg.logging.log_every_steps == 0 || step + 1 == total_steps || evaluate_now)) {
+    const double elapsed = now_s() - start_s_;
+    SO_LOG(info) << format_step_line(
+        {.step = step + 1,
+         .total_steps = total_steps,
+         .loss = result.loss,
+         .lr = lr,
+         .grad_norm = result.outcome.grad_norm,
+         .aux_loss = aux_loss,
+         .step_s = step_s,
+         .throughput = measured,
+         .skipped = result.outcome.skipped,
+         .eta_s = elapsed / static_cast<double>(step + 1 - position.step) * static_cast<double>(total_steps - step - 1),
+         .evaluated = evaluate_now,
+         .eval_loss = eval_result.loss,
+         .optimizer_mem_gb_per_s = cache_use.optimizer_gb_per_s,
+         .optimizer_cap_percent = cache_partition.optimizer_bandwidth_cap_percent()});
+    if (cfg.metrics.wall_clock_breakdown) {
+      SO_LOG(info) << format_breakdown(result.engine, result.optimizer,
+                                       {.step_s = step_s,
+                                        .data_s = data_s,
+                                        .forward_backward_s = result.forward_backward_s,
+                                        .optimizer_s = result.optimizer_s});
     }
   }
+  if (rank == 0 && cfg.logging.steps_per_print > 0 && (step + 1) % cfg.logging.steps_per_print == 0) {
+    SO_LOG(info) << format_deepspeed_progress(step + 1, skips.total(), lr, cfg.optimizer.betas.at(0),
+                                              cfg.optimizer.betas.at(1));
+  }
+  // A new lowest eval loss with [checkpoint] keep_best is saved now, whether or not a
+  // periodic save falls on this step.
+  const bool save_best = cfg.checkpoint.keep_best && decision.best;
+  if ((cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0) || save_best) {
+    watchdog.progress("saving the checkpoint of step " + std::to_string(step + 1));
+    metrics.flush();
+    checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::periodic, save_best);
+  }
+  if (decision.stop) {
+    const auto& best = tracker.state();
+    if (rank == 0) {
+      SO_LOG(warning) << "early stopping after step " << step + 1 << " of " << total_steps << ": " << tracker.patience()
+                      << " evaluation(s) in a row without lowering the eval loss"
+                      << (t.early_stopping_threshold > 0 ? " by more than " + format_significant(t.early_stopping_threshold, 3)
+                                                         : std::string())
+                      << " ([training] early_stopping_patience); the lowest was " << format_significant(best.best_loss, 6)
+                      << " after step " << best.best_step;
+    }
+    metrics.flush();
+    if (cfg.checkpoint.save_on_exit) {
+      watchdog.progress("saving the checkpoint of the early stop");
+      checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
+    }
+    summary.steps = step + 1;
+    summary.stopped_early = true;
+    return false;
+  }
+  watchdog.progress(step_name + "agreeing on stop signals");
+  // Preemption: the ranks agree at the step boundary, save together and stop.
+  if (step + 1 < total_steps && (summary.stop_signal = cluster::agreed_stop_signal(world.world())) != 0) {
+    if (rank == 0) {
+      SO_LOG(warning) << "signal " << summary.stop_signal << " (" << strsignal(summary.stop_signal)
+                      << ") received: saving a checkpoint at step " << step + 1 << " and stopping";
+    }
+    metrics.flush();
+    checkpoints.save(position_at(step + 1), TrainingCheckpoints::Kind::last);
+    summary.steps = step + 1;
+    return false;
+  }
+  return true;
+}
+
+TrainSummary TrainingRun::tear_down() {
+  const auto& cfg = cfg_;
+  const auto& t = t_;
+  const int rank = rank_;
+  const auto device = device_;
+  auto& engine = *engine_;
+  auto& checkpoints = *checkpoints_;
+  auto& summary = summary_;
+  auto& watchdog = *watchdog_;
+  const auto& tracker = *tracker_;
+  const auto* validation = validation_;
+  const int64_t total_steps = total_steps_;
+  auto position_at = [this](int64_t at) { return this->position_at(at); };
   watchdog.progress("waiting for a background checkpoint save");
   checkpoints.wait();
   if (summary.stop_signal == 0 && !summary.stopped_early) {
@@ -809,18 +962,18 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
   summary.best_eval_step = tracker.state().best_step;
   // A periodic save that failed and was tolerated must not end the run as if all were saved.
   checkpoints.require_last_saved();
-  summary.skipped_steps = skips.total();
-  summary.mean_step_s = timed_steps > 0 ? timed_s / static_cast<double>(timed_steps) : 0;
-  summary.throughput = measure_throughput(throughput, summary.mean_step_s, peak);
+  summary.skipped_steps = skips_->total();
+  summary.mean_step_s = timed_steps_ > 0 ? timed_s_ / static_cast<double>(timed_steps_) : 0;
+  summary.throughput = measure_throughput(throughput_, summary.mean_step_s, peak_);
   if (rank == 0) {
     const auto& memory = engine.memory();
     const auto& mean = summary.throughput;
     std::ostringstream timing;
-    if (timed_steps == 0) {
+    if (timed_steps_ == 0) {
       timing << "no step was timed (all " << summary.steps - summary.first_step << " fell within [training] "
              << "timing_warmup_steps = " << t.timing_warmup_steps << ")";
     } else {
-      timing << "mean step " << format_significant(summary.mean_step_s * 1000, 4) << " ms over " << timed_steps
+      timing << "mean step " << format_significant(summary.mean_step_s * 1000, 4) << " ms over " << timed_steps_
              << " timed steps (after " << t.timing_warmup_steps << " warm-up), " << format_significant(mean.tokens_per_s, 3)
              << " tokens/s (" << format_significant(mean.tokens_per_s_per_device, 3) << " per device), TFLOPS "
              << format_significant(mean.model_tflops_per_device, 3) << " per device (model), "
@@ -853,6 +1006,19 @@ TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& wo
     }
   }
   return summary;
+
+}
+
+}  // namespace
+
+TrainSummary run_training(const config::Config& cfg, const cluster::MpiWorld& world, const cluster::RankBinding& binding,
+                          const std::vector<std::string>& binding_table, const std::string& resume) {
+  TrainingRun run(cfg, world, binding, binding_table, resume);
+  run.set_up_engine();
+  run.set_up_data();
+  run.resume();
+  run.loop();
+  return run.tear_down();
 }
 
 }  // namespace superoffload::train

@@ -68,7 +68,7 @@ void read_loss(const model::LossSum& loss, MicroBatchResult& result) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
-                       const std::function<void(size_t)>& materialize)
+                       const std::function<void(size_t)>& materialize, const LayerShardFiller& fill_shard)
     : model_(std::move(model)),
       comm_(comm),
       options_(options),
@@ -95,8 +95,12 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     for (const auto& [name, t] : layers[i]->hf_parameters()) numel += t.numel();
     const bool persistent = numel < options_.persistence_threshold || (tied && i == 0);
     if (materialize) materialize(i);
+    PartitionedLayer::ShardFiller filler;
+    if (fill_shard) {
+      filler = [&fill_shard, i](const std::vector<ShardPiece>& pieces, at::Tensor& shard) { fill_shard(i, pieces, shard); };
+    }
     layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent,
-                         [this](const std::string& name) { return model_->decays(name); });
+                         [this](const std::string& name) { return model_->decays(name); }, filler);
   }
   account();
 }

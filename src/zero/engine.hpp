@@ -60,8 +60,12 @@ class ZeroEngine {
  public:
   // `materialize` (optional) fills layer i just before it is partitioned (streaming set-up:
   // a rank holds its shards plus at most one full layer, never the whole model).
+  // `fill_shard` (optional, instead) writes only this rank's pieces of layer i's parameters
+  // into its fp32 shard buffer (PartitionedLayer::ShardFiller): no full layer ever exists.
+  using LayerShardFiller =
+      std::function<void(size_t layer, const std::vector<ShardPiece>& pieces, at::Tensor& shard)>;
   ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicator& comm, EngineOptions options,
-             const std::function<void(size_t)>& materialize = nullptr);
+             const std::function<void(size_t)>& materialize = nullptr, const LayerShardFiller& fill_shard = nullptr);
 
   // Under sequence parallelism every method below takes whole rows ([batch, seq]); the engine
   // runs this rank's shard of them, and the loss sums and token counts it returns are the

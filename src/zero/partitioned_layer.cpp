@@ -19,7 +19,8 @@ comm::DataType comm_type(at::ScalarType type) {
 
 PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm,
                                    BufferCache& buffers, at::ScalarType compute_dtype, at::Device device,
-                                   bool persistent, const std::function<bool(const std::string&)>& decays)
+                                   bool persistent, const std::function<bool(const std::string&)>& decays,
+                                   const ShardFiller& fill_shard)
     : layer_(std::move(layer)), comm_(comm), buffers_(&buffers), persistent_(persistent),
       options_(at::TensorOptions().dtype(compute_dtype).device(device)) {
   std::vector<ParameterSlot> slots;
@@ -29,13 +30,21 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   }
   layout_ = FlatLayout(std::move(slots), comm_.size());
   torch::NoGradGuard no_grad;
-  // One flat copy of the layer at a time (no concatenation temporary).
-  auto flat = at::zeros({layout_.padded_numel()}, at::kFloat);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const auto& slot = layout_.parameters()[i];
-    flat.narrow(0, slot.offset, slot.numel).copy_(parameters_[i].detach().reshape({-1}));
+  if (fill_shard) {
+    // Only this rank's pieces, written once; a shard already in the compute dtype on the host
+    // (fp32 CPU runs) is the buffer itself.
+    auto shard = at::zeros({layout_.shard_numel()}, at::kFloat);
+    fill_shard(layout_.pieces(comm_.rank()), shard);
+    device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
+  } else {
+    // One flat copy of the layer at a time (no concatenation temporary).
+    auto flat = at::zeros({layout_.padded_numel()}, at::kFloat);
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const auto& slot = layout_.parameters()[i];
+      flat.narrow(0, slot.offset, slot.numel).copy_(parameters_[i].detach().reshape({-1}));
+    }
+    device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
   }
-  device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
   grad_split_ = layout_.shard_numel();
   grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
   host_grad_ = at::empty({0}, at::kFloat);

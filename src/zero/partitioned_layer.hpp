@@ -29,9 +29,14 @@ class PartitionedLayer {
   // `persistent` layers stay gathered for the whole run. `decays` says by HF name which
   // parameters take weight decay (CausalLM::decays).
   // Gathered and gradient buffers come from (and go back to) `buffers`, which must outlive it.
+  //
+  // With `fill_shard`, the full values are never read: it writes this rank's pieces of the
+  // parameters (FlatLayout::pieces) into an fp32 shard buffer, zeros elsewhere (the padding),
+  // e.g. straight from the bytes of a safetensors file that hold them.
+  using ShardFiller = std::function<void(const std::vector<ShardPiece>& pieces, at::Tensor& shard)>;
   PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, BufferCache& buffers,
                    at::ScalarType compute_dtype, at::Device device, bool persistent,
-                   const std::function<bool(const std::string&)>& decays);
+                   const std::function<bool(const std::string&)>& decays, const ShardFiller& fill_shard = nullptr);
 
   model::Layer& layer() { return *layer_; }
   const FlatLayout& layout() const { return layout_; }

@@ -3,8 +3,8 @@
 # from the process's start to the end of step 1 with its seconds, the slowest rank's and the
 # peak-RSS growth; the phases add up to the total; metrics.h5 /startup holds the same and
 # `inspect` prints it. From random initialisation the filling phase is "random
-# initialisation"; from safetensors it is "weights read", whose bytes are exactly the stored
-# tensors' bytes (read from the files' own headers here) with a rate.
+# initialisation"; from safetensors it is "weights read", with the bytes rank 0 read (its
+# shards': about half the stored tensors' bytes, read from the files' own headers here) and a rate.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 "$SO_DEMO_CORPUS" "$tmp/corpus.jsonl" --tokens 20000 > /dev/null || fail "demo corpus"
@@ -57,8 +57,9 @@ for shard in glob.glob(sys.argv[3] + "/*.safetensors"):  # the tensors' bytes, f
     with open(shard, "rb") as s:
         header = json.loads(s.read(struct.unpack("<Q", s.read(8))[0]))
     stored += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
-# Every rank reads every layer today (the issue's part 2 cuts this to a rank's own shards).
-assert read == stored, (read, stored)
-print(f"weights read: {read:.0f} bytes = the stored tensors' {stored} bytes")
+# Each rank reads only the bytes of its own shards (#52): rank 0's timeline counts about half of
+# the stored bytes at 2 ranks (each layer split in two, padding aside), never all of them.
+assert 0.45 * stored <= read <= 0.55 * stored, (read, stored)
+print(f"weights read by rank 0: {read:.0f} bytes of the stored tensors' {stored} (its shards)")
 PY
 echo "startup: ok"
