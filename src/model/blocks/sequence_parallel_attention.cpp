@@ -64,22 +64,23 @@ at::Tensor sequence_parallel_attention(const SequenceParallelGroup& group, const
   }
   SO_CHECK(v.size(3) == d, "sequence-parallel attention expects one head size for q, k and v (" << d << " and "
                                                                                                  << v.size(3) << ")");
-  // [batch, shard, heads, d] with each rank's heads contiguous. Fewer key/value heads than
-  // ranks: each is repeated for the p / kv ranks whose query heads use it (rank r's query
-  // heads all read key/value head r·kv/p). The repeat's backward sums their gradients.
-  auto tokens_major = [](const at::Tensor& t) { return t.transpose(1, 2); };
-  auto keys = tokens_major(k), values = tokens_major(v);
+  // Fewer key/value heads than ranks: each is repeated for the p / kv ranks whose query heads
+  // use it (rank r's query heads all read key/value head r·kv/p). The repeat's backward sums
+  // their gradients.
+  auto keys = k, values = v;
   if (kv % p != 0) {
-    keys = keys.repeat_interleave(p / kv, 2);
-    values = values.repeat_interleave(p / kv, 2);
+    keys = keys.repeat_interleave(p / kv, 1);
+    values = values.repeat_interleave(p / kv, 1);
   }
-  const int64_t local_heads = heads / p, local_kv = keys.size(2) / p;
+  const int64_t local_heads = heads / p, local_kv = keys.size(1) / p;
   // One exchange for q, k and v: [p, batch, shard, local_heads + 2·local_kv, d], block r
-  // holding rank r's heads of this rank's tokens.
-  auto blocks = [&](const at::Tensor& t, int64_t n) { return t.reshape({b, shard, p, n, d}); };
-  const auto send = at::cat({blocks(tokens_major(q), local_heads), blocks(keys, local_kv), blocks(values, local_kv)}, 3)
-                        .permute({2, 0, 1, 3, 4});
-  // Received block r: rank r's tokens of this rank's heads, so the blocks in order are the row.
+  // holding rank r's heads of this rank's tokens. Each input enters as a view in that order
+  // ([batch, heads, shard, d] split into p blocks of heads), so the concatenation is the only
+  // copy before the exchange.
+  auto blocks = [&](const at::Tensor& t, int64_t n) { return t.view({b, p, n, shard, d}).permute({1, 0, 3, 2, 4}); };
+  const auto send = at::cat({blocks(q, local_heads), blocks(keys, local_kv), blocks(values, local_kv)}, 3);
+  // Received block r: rank r's tokens of this rank's heads, so the blocks in order are the row
+  // (with one row per micro-batch the reshape is a view, no copy).
   const auto row = exchange(group, send).permute({1, 0, 2, 3, 4}).reshape({b, p * shard, local_heads + 2 * local_kv, d});
   auto heads_major = [](const at::Tensor& t) { return t.transpose(1, 2); };
   const auto q_row = heads_major(row.narrow(2, 0, local_heads));
