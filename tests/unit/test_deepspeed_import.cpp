@@ -25,9 +25,9 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
-std::string error_of(const ConfigSources& sources) {
+std::string error_of(const ConfigSources& sources, int world_size = 1) {
   try {
-    so::config::load_config(sources, 1);
+    so::config::load_config(sources, world_size);
   } catch (const so::config::ConfigError& e) {
     return e.what();
   }
@@ -270,6 +270,26 @@ TEST(DeepSpeedImport, CpuCheckpointingIsActivationOffload) {
   path = write_temp("ds_activations_bad.json", R"({"activation_checkpointing": {"cpu_checkpointing": "yes"}})");
   const auto message = error_of(ConfigSources{std::nullopt, path, kRequired});
   EXPECT_NE(message.find("activation_checkpointing.cpu_checkpointing: must be true or false"), std::string::npos) << message;
+  std::filesystem::remove(path);
+}
+
+// DeepSpeed ALST's top-level sequence_parallel_size is [parallel]'s; the batch-size rules then
+// count world / that many data-parallel replicas, and a size that does not divide the world or
+// seq_len is refused naming both numbers.
+TEST(DeepSpeedImport, SequenceParallelSizeIsUlysses) {
+  auto path = write_temp("ds_ulysses.json", R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+    "sequence_parallel_size": 4})");
+  auto loaded = so::config::load_config(ConfigSources{std::nullopt, path, kRequired}, 8);
+  EXPECT_EQ(loaded.config.parallel.sequence_parallel_size, 4);
+  EXPECT_EQ(loaded.origins.at("parallel.sequence_parallel_size"), path.string() + ": sequence_parallel_size");
+  EXPECT_EQ(loaded.config.training.train_batch_size, 1 * 2 * (8 / 4));  // two replicas of four ranks
+  auto message = error_of(ConfigSources{std::nullopt, path, kRequired}, 6);
+  EXPECT_NE(message.find("sequence_parallel_size = 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("does not divide the world size 6"), std::string::npos) << message;
+  std::filesystem::remove(path);
+  path = write_temp("ds_ulysses_seq.json", R"({"train_batch_size": 2, "sequence_parallel_size": 3})");
+  message = error_of(ConfigSources{std::nullopt, path, kRequired}, 3);
+  EXPECT_NE(message.find("does not divide [data] seq_len = 4096"), std::string::npos) << message;
   std::filesystem::remove(path);
 }
 
