@@ -3,6 +3,8 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "base/timer.hpp"
 
@@ -33,8 +35,18 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   if (fill_shard) {
     // Only this rank's pieces, written once; a shard already in the compute dtype on the host
     // (fp32 CPU runs) is the buffer itself.
-    auto shard = at::zeros({layout_.shard_numel()}, at::kFloat);
-    fill_shard(layout_.pieces(comm_.rank()), shard);
+    // Written once: the pieces by the filler, the rest (the padding after the last parameter)
+    // zeroed here, not the whole buffer first (a 0.55B model's 2 GB memset).
+    auto shard = at::empty({layout_.shard_numel()}, at::kFloat);
+    auto pieces = layout_.pieces(comm_.rank());
+    std::sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) { return a.shard_offset < b.shard_offset; });
+    int64_t covered = 0;
+    for (const auto& piece : pieces) {
+      if (piece.shard_offset > covered) shard.narrow(0, covered, piece.shard_offset - covered).zero_();
+      covered = std::max(covered, piece.shard_offset + piece.length);
+    }
+    if (covered < shard.numel()) shard.narrow(0, covered, shard.numel() - covered).zero_();
+    fill_shard(pieces, shard);
     device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
   } else {
     // One flat copy of the layer at a time (no concatenation temporary).
