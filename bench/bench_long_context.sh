@@ -26,9 +26,8 @@ source "$root/scripts/mpi-env.sh"
 mkdir -p "$work"
 cd "$root"
 
-simd=none
-for flag in sve asimd avx2 avx512f amx_tile; do grep -qw "$flag" /proc/cpuinfo && simd=$flag; done
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, widest SIMD: $simd"
+source "$root/scripts/machine.sh"
+machine_line
 
 shape=${SO_BENCH_SHAPE:-small}
 case $shape in
