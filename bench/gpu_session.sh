@@ -25,6 +25,9 @@
 #   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
+#   long         Llama-3.1-8B's shape at the longest row this GPU fits by plan (plan --max-seq with
+#                activation offload and MLP tiles, capped at 128k tokens; #50): tokens/s, MFU, the
+#                activation offload's copies, the plan against the peaks; the issue's long run
 #   moe          bench_moe_layer on the GPU in bf16 (#49): one MoE layer's experts at Qwen3-30B-A3B's
 #                and GPT-OSS-20B's shapes, 4,096 and 16,384 tokens, grouped against the per-expert
 #                loop and a dense product of the same FLOPs (goals: 0.6 of dense, 3x the loop)
@@ -49,7 +52,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$here/runs/gpu_session} quick=0 dry=0 deadline=560 bundle=$here/.gpu/bundle.tar.xz
 wheels_dir=$here/.gpu/wheels
-parts=env,trace,tests,correctness,memory,baseline,moonshot,speed,link,profile,moe,deepspeed
+parts=env,trace,tests,correctness,memory,baseline,moonshot,long,speed,link,profile,moe,deepspeed
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;; --quick) quick=1 ;; --dry-run) dry=1 ;; --deadline) deadline=$2; shift ;;
@@ -125,6 +128,8 @@ if ((dry)); then
                1B (hidden 2048 x 16), 3B (3072 x 28), 8B (llama-3.1-8b) at seq 4096, micro-batch 4, bf16;
                /train/device_peak_bytes, device_reserved_peak_bytes vs the plan; the refused run and the forced one
   moonshot     the 8B row's TFLOPS/tokens/s against the 3B with offload.device=none (same seq, micro-batch)
+  long         superoffload plan (the 8B, 1 row, activation offload, bf16 moments) --max-seq --gpu-memory <measured>
+               --host-memory <MemTotal>; superoffload train (3 steps) at that row (<= 128k, a multiple of 8k)
   baseline     that 3B alone (SO_SESSION_ORDER=...,baseline:60,moonshot:170 without the memory part)
   speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
   deepspeed    pip install --no-index --target /tmp/... .gpu/wheels/*.whl; bench/deepspeed_compare/compare.sh --clip both
@@ -438,6 +443,31 @@ part_baseline() {
   return $status
 }
 
+# Long context (#50): the 8B's shape at the longest row the plan fits on this GPU and this
+# machine's host memory with activation offload and MLP tiles (one row per micro-batch), capped
+# at 128k tokens, rounded down to 8k; the run's tokens/s and MFU and its plan against the peaks.
+part_long() {
+  long_runs_setup
+  local dir=$work/long host_gb longest row status=0
+  host_gb=$(awk '/MemTotal/ { printf "%.0f", $2 * 1024 / 1e9 }' /proc/meminfo)
+  llama_dir "$dir/model" 8b
+  local sizes=(--set model.path="$dir/model" --set training.train_micro_batch_size_per_gpu=1
+    --set training.gradient_accumulation_steps=1 --set training.train_batch_size=0 --set precision.bf16=true
+    --set model.activation_offload=\"host\" --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16)
+  longest=$("$bin" plan configs/tiny.toml "${sizes[@]}" --gpus-per-node 1 --gpu-memory "$gpu_gib" --host-memory "$host_gb" \
+    --max-seq 2>&1 | sed -nE 's/^longest sequence: ([0-9]+) tokens.*/\1/p')
+  longest=${longest:-0}
+  row=$((longest > 131072 ? 131072 : longest / 8192 * 8192))
+  echo "RESULT long: the plan's longest row here (GPU ${gpu_gib} GiB, host ${host_gb} GB, offload + tiles): $longest tokens; running $row"
+  ((row >= 8192)) || { rm -rf "$work"; return 1; }
+  "$built_root/build/bin/superoffload_demo_corpus" "$work/long.jsonl" --tokens $((row * 5)) > /dev/null
+  seq=$row corpus4k=$work/long.jsonl measure_run llama_8b_long 8b "$(($(part_left) - 5))" \
+    --set model.activation_offload=\"host\" --set training.train_micro_batch_size_per_gpu=1 || status=1
+  grep -E "activation offload|MLP tiles" "$work/llama_8b_long.log" | cut -c1-300 | sed 's/^/RESULT long: /'
+  rm -rf "$work"
+  return $status
+}
+
 # The moonshot: Llama-3.1-8B's shape on the one GPU with SuperOffload; its model TFLOPS against
 # the on-device baseline of the memory or baseline part (the 3B with the optimizer on the
 # device), when run. SO_SESSION_ALLOC_CONF: PYTORCH_CUDA_ALLOC_CONF for this run (for example
@@ -639,6 +669,6 @@ elif ((quick)); then
 else
   # The first call: traces first, then the GPU tests; what time is left goes to the rest.
   run_part trace 300; run_part tests 150; run_part moe 60; run_part correctness 100; run_part memory 150
-  run_part moonshot 200; run_part profile 60; run_part speed 200
+  run_part moonshot 200; run_part long 150; run_part profile 60; run_part speed 200
 fi
 note "session: $((SECONDS - start)) s"

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
 plan=$(bash bench/gpu_session.sh --dry-run --out "$tmp/out" 2>&1) || fail "dry run exited $?: $plan"
-for part in setup env trace tests correctness memory moonshot speed link profile moe; do
+for part in setup env trace tests correctness memory moonshot long speed link profile moe; do
   expect_contains "$plan" "  $part " "the dry run's step list"
 done
 expect_contains "$plan" "ok       configs/models/llama-3.1-8b/config.json" "the moonshot's shape checked"
