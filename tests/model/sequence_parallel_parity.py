@@ -14,7 +14,8 @@ Cases (--case):
   packed    a packed Alpaca file (document attention: boundaries inside and across shards),
             Llama with the tiny byte-level tokenizer
   combined  activation offload + MLP tiles + SP 2 against none of them, and a resume: SP 2
-            for 2 steps, then SP 4 from its checkpoint to step 4, against SP 1 throughout
+            for 2 steps, then SP 4 from its checkpoint to step 4, against SP 1 throughout; all
+            three validate on a held-out share every 2 steps (eval losses compared too)
   refusals  sequence_parallel_size that does not divide the world, seq_len or the heads:
             refused at start-up with the numbers named
 
@@ -90,6 +91,8 @@ device = "cpu"
         sys.exit(f"{name}: superoffload train failed ({result.returncode}):\n{log[-4000:]}")
     with h5py.File(os.path.join(tmp, name, "metrics.h5"), "r") as f:
         history = {k: np.asarray(f["train"][k][...], dtype=np.float64) for k in ("step", "loss", "grad_norm", "aux_loss")}
+        if "eval" in f:
+            history["eval_loss"] = np.asarray(f["eval"]["loss"][...], dtype=np.float64)
     return history, log
 
 
@@ -116,6 +119,11 @@ def compare(label, reference, ours, failures, ref_weights=None, our_weights=None
         aux = float(np.max(np.abs(ours["aux_loss"] / reference["aux_loss"] - 1)))
         line += f", aux loss {aux:.1e}"
         ok = ok and aux <= LOSS_BOUND
+    if "eval_loss" in reference:
+        assert len(ours["eval_loss"]) == len(reference["eval_loss"]) >= 2, (ours["eval_loss"], reference["eval_loss"])
+        gap = float(np.max(np.abs(ours["eval_loss"] / reference["eval_loss"] - 1)))
+        line += f", eval loss {gap:.1e}"
+        ok = ok and gap <= LOSS_BOUND
     if ref_weights is not None:
         assert sorted(ref_weights) == sorted(our_weights), "the exports hold different tensors"
         gap = max(float((ref_weights[n] - our_weights[n]).abs().max()) for n in ref_weights)
@@ -192,18 +200,21 @@ def main():
             print("refusals: world, seq_len and heads that do not divide are refused, naming the numbers")
             return
 
-        reference, log = run(args, "sp1", model_dir, data, tmp, 1)
+        # The combined case also validates (a held-out share, every 2 steps): eval runs sharded too.
+        evaluation = (["--set", "data.eval_fraction=0.25", "--set", "training.eval_every_steps=2"]
+                      if args.case == "combined" else [])
+        reference, log = run(args, "sp1", model_dir, data, tmp, 1, evaluation)
         print(f"{args.case}: SP 1 loss by step {['%.6f' % v for v in reference['loss']]}")
         ref_weights = weights(args, tmp, "sp1")
         if args.case == "combined":
             combined, log = run(args, "all_three", model_dir, data, tmp, 2,
-                                ["--set", "model.activation_offload=\"host\"", "--set", "model.tile_tokens=8"])
+                                ["--set", "model.activation_offload=\"host\"", "--set", "model.tile_tokens=8", *evaluation])
             assert "MLP tiles: 8 tokens" in log and "activation offload" in log, log[-3000:]
             compare("combined: offload + tiles + SP 2 vs none", reference, combined, failures,
                     ref_weights, weights(args, tmp, "all_three"))
             # Resume at another sequence-parallel size: SP 2 to step 2, SP 4 from there.
-            first, _ = run(args, "resumed", model_dir, data, tmp, 2, steps=2)
-            second, log = run(args, "resumed", model_dir, data, tmp, 4)
+            first, _ = run(args, "resumed", model_dir, data, tmp, 2, evaluation, steps=2)
+            second, log = run(args, "resumed", model_dir, data, tmp, 4, evaluation)
             assert "resumed from" in log, log[-3000:]
             assert list(second["step"]) == [1, 2, 3, 4], second["step"]
             compare("resume: SP 2 for steps 1-2, SP 4 for 3-4 vs SP 1", reference, second, failures,
