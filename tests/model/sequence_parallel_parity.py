@@ -91,7 +91,7 @@ device = "cpu"
         sys.exit(f"{name}: superoffload train failed ({result.returncode}):\n{log[-4000:]}")
     with h5py.File(os.path.join(tmp, name, "metrics.h5"), "r") as f:
         history = {k: np.asarray(f["train"][k][...], dtype=np.float64) for k in ("step", "loss", "grad_norm", "aux_loss")}
-        if "eval" in f:
+        if "eval" in f and len(f["eval"]["loss"]) > 0:  # the group exists, empty, without validation
             history["eval_loss"] = np.asarray(f["eval"]["loss"][...], dtype=np.float64)
     return history, log
 
