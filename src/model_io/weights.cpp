@@ -152,6 +152,14 @@ void refuse_non_finite(const SafetensorsCheckpoint& checkpoint, const std::strin
               Error::UserInput{});
 }
 
+// A stored tensor must have its parameter's shape.
+void check_shape(const std::string& name, const at::Tensor& stored, const at::Tensor& parameter) {
+  if (stored.sizes() == parameter.sizes()) return;
+  throw Error("tensor \"" + name + "\" has shape " + shape_text(stored.sizes()) + " in the checkpoint but " +
+                  shape_text(parameter.sizes()) + " in the model",
+              "check that config.json belongs to these weights", Error::UserInput{});
+}
+
 // Asks the kernel to read `length` bytes from `data` (inside a file mapping) ahead of use.
 void advise_will_need(const std::byte* data, size_t length) {
   if (length == 0) return;
@@ -247,11 +255,7 @@ size_t load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckp
     const auto source = mxfp4 ? dequantize_mxfp4(byte_tensor(checkpoint, stored + "_blocks"),
                                                  byte_tensor(checkpoint, stored + "_scales"))
                               : as_tensor(float_tensor(checkpoint, stored));
-    if (source.sizes() != parameter.sizes()) {
-      throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
-                      shape_text(parameter.sizes()) + " in the model",
-                  "check that config.json belongs to these weights", Error::UserInput{});
-    }
+    check_shape(name, source, parameter);
     parameter.copy_(source);  // converts dtype and device
     // Counted after the conversion: an F32 value beyond F16's range becomes inf here too.
     if (non_finite == NonFiniteWeights::refuse) refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, parameter);
@@ -290,11 +294,7 @@ size_t load_layer_ranges(CausalLM& model, size_t layer_index, SafetensorsCheckpo
       source = as_tensor(float_tensor(checkpoint, stored));
       bytes += static_cast<size_t>(r.numel) * source.element_size();
     }
-    if (source.sizes() != parameter.sizes()) {
-      throw Error("tensor \"" + name + "\" has shape " + shape_text(source.sizes()) + " in the checkpoint but " +
-                      shape_text(parameter.sizes()) + " in the model",
-                  "check that config.json belongs to these weights", Error::UserInput{});
-    }
+    check_shape(name, source, parameter);
     auto into = at::from_blob(r.into, {r.numel}, at::kFloat);
     const auto from = source.reshape({-1}).narrow(0, r.begin, r.numel);  // touches only these bytes
     const bool finite = (from.scalar_type() == at::kBFloat16 || from.scalar_type() == at::kFloat)

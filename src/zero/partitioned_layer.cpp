@@ -33,13 +33,12 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   layout_ = FlatLayout(std::move(slots), comm_.size());
   torch::NoGradGuard no_grad;
   if (fill_shard) {
-    // Only this rank's pieces, written once; a shard already in the compute dtype on the host
-    // (fp32 CPU runs) is the buffer itself.
-    // Written once: the pieces by the filler, the rest (the padding after the last parameter)
-    // zeroed here, not the whole buffer first (a 0.55B model's 2 GB memset).
+    // Only this rank's pieces, each element written once: the pieces by the filler, the rest
+    // (the padding after the last parameter) zeroed here, not the whole buffer first (a 0.55B
+    // model's 2 GB memset). A shard already in the compute dtype on the host (fp32 CPU runs) is
+    // the buffer itself. Pieces come in flat order (FlatLayout::pieces).
     auto shard = at::empty({layout_.shard_numel()}, at::kFloat);
-    auto pieces = layout_.pieces(comm_.rank());
-    std::sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) { return a.shard_offset < b.shard_offset; });
+    const auto pieces = layout_.pieces(comm_.rank());
     int64_t covered = 0;
     for (const auto& piece : pieces) {
       if (piece.shard_offset > covered) shard.narrow(0, covered, piece.shard_offset - covered).zero_();
