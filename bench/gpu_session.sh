@@ -605,12 +605,14 @@ for src in s["syncs"]["sources"][:3]:
     print(f"RESULT trace {name}: {src['count']} syncs from {src['where']}")
 PY
   }
-  trace_run on_device_1.65b "$work/m165" "$seq165" 60 --set offload.device=none || status=1
-  trace_run superoffload_1.65b_clip1 "$work/m165" "$seq165" 60 --set training.gradient_clipping=1.0 || status=1
-  trace_run superoffload_1.65b_clip0 "$work/m165" "$seq165" 60 --set training.gradient_clipping=0 || status=1
-  trace_run superoffload_8b "$work/m8b" "$seq" "$(($(part_left) - 5))" --set training.gradient_clipping=1.0 \
+  # SO_SESSION_TRACE_RUNS: which of the four (default all; "8b" is the last and takes what is left).
+  local runs=" ${SO_SESSION_TRACE_RUNS:-on_device clip1 clip0 8b} "
+  [[ $runs == *" on_device "* ]] && { trace_run on_device_1.65b "$work/m165" "$seq165" 60 --set offload.device=none || status=1; }
+  [[ $runs == *" clip1 "* ]] && { trace_run superoffload_1.65b_clip1 "$work/m165" "$seq165" 60 --set training.gradient_clipping=1.0 || status=1; }
+  [[ $runs == *" clip0 "* ]] && { trace_run superoffload_1.65b_clip0 "$work/m165" "$seq165" 60 --set training.gradient_clipping=0 || status=1; }
+  [[ $runs == *" 8b "* ]] && { trace_run superoffload_8b "$work/m8b" "$seq" "$(($(part_left) - 5))" --set training.gradient_clipping=1.0 \
     --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16 --set zero.sub_group_size=100000000 \
-    --set zero.reduce_bucket_size=200000000 || status=1
+    --set zero.reduce_bucket_size=200000000 || status=1; }
   rm -rf "$work"
   return $status
 }
