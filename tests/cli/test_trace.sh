@@ -51,7 +51,10 @@ text = lambda v: v.decode() if isinstance(v, bytes) else str(v)
 def independent_busy(trace):
     """Busy time and gaps over 0.5 ms per step, read from the trace file without the program."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    steps = sorted((e for e in events if e["name"].startswith("superoffload/step ")), key=lambda e: e["ts"])
+    # The host's annotations: on a GPU Kineto mirrors each onto the device's timeline as a
+    # gpu_user_annotation of the same name, spanning that step's kernels instead.
+    steps = sorted((e for e in events if e["name"].startswith("superoffload/step ") and e.get("cat") == "user_annotation"),
+                   key=lambda e: e["ts"])
     main = (steps[0]["pid"], steps[0]["tid"])
     if device == "cuda":
         work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
