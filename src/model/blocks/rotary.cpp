@@ -139,10 +139,26 @@ Rotary::Rotary(const HfConfig& config, int64_t head_dim, const nlohmann::json& d
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::cos_sin(const at::Tensor& position_ids, at::ScalarType dtype) const {
-  const auto inv = inv_freq_.to(position_ids.device());
-  const auto freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv;  // [b, s, dim/2]
+  std::lock_guard lock(cache_mutex_);
+  auto& c = cached_;
+  const uint32_t version = position_ids.is_inference() ? 0 : position_ids._version();
+  if (c.positions.defined() && c.positions.unsafeGetTensorImpl() == position_ids.unsafeGetTensorImpl() &&
+      c.version == version && c.dtype == dtype) {
+    return {c.cos, c.sin};
+  }
+  if (!c.inv_freq.defined() || c.inv_freq.device() != position_ids.device()) {
+    c.inv_freq = inv_freq_.to(position_ids.device());
+  }
+  // Positions do not take part in autograd: the kept pair holds no graph.
+  at::NoGradGuard no_grad;
+  const auto freqs = position_ids.to(at::kFloat).unsqueeze(-1) * c.inv_freq;  // [b, s, dim/2]
   const auto emb = at::cat({freqs, freqs}, -1);
-  return {(emb.cos() * attention_scaling_).to(dtype), (emb.sin() * attention_scaling_).to(dtype)};
+  c.cos = (emb.cos() * attention_scaling_).to(dtype);
+  c.sin = (emb.sin() * attention_scaling_).to(dtype);
+  c.positions = position_ids;
+  c.version = version;
+  c.dtype = dtype;
+  return {c.cos, c.sin};
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
