@@ -142,11 +142,11 @@ void GradientReducer::reduce(size_t index, PartitionedLayer& layer) {
   if (outstanding_[index] == 0) complete_.push_back(index);
 }
 
-void GradientReducer::retire_front() {
+void GradientReducer::retire_front(bool done) {
   auto chunk = std::move(in_flight_.front());
   in_flight_.pop_front();
   if (chunk.copied) {
-    chunk.copied->synchronize();  // also past the collective the copy waited for
+    if (!done) chunk.copied->synchronize();  // also past the collective the copy waited for
   } else if (chunk.work) {
     chunk.work->wait();  // GPU: the compute stream waits for it before anything reuses the buffer
   }
@@ -161,7 +161,7 @@ std::vector<size_t> GradientReducer::poll() {
     auto& front = in_flight_.front();
     const bool done = front.copied ? front.copied->query() : !front.work || front.work->done();
     if (!done) break;
-    retire_front();
+    retire_front(true);
   }
   return std::exchange(complete_, {});
 }
