@@ -97,7 +97,7 @@ if ((dry)); then
     listing=$(tar -tJf "$bundle" 2>/dev/null)
     echo "  ok       bundle $bundle ($(du -h "$bundle" | cut -f1))"
     for f in build/bin/superoffload build/bin/train_parity build/bin/offload_parity build/bin/test_gpu_devices \
-      build/bin/test_gpu_attention build/lib/libd2h_lag.so build/gpu_tests.json build/torch_version.txt \
+      build/bin/test_gpu_attention build/bin/test_gpu_rms_norm build/lib/libd2h_lag.so build/gpu_tests.json build/torch_version.txt \
       usr/bin/orted usr/bin/mpirun lib/libmpi.so.40 lib/libhdf5_serial.so.103; do
       check "  bundle holds $f" "grep -qx './$f' <<<\"\$listing\""
     done
