@@ -23,6 +23,9 @@ class HostMemory {
              std::string setting = "[offload] pin_memory");
   // An fp32/bf16 host tensor, pinned when possible.
   at::Tensor empty(at::IntArrayRef sizes, at::ScalarType type);
+  // The same, zeroed: pinned buffers are fresh anonymous mappings, zero already, so their
+  // zeroing is not a second pass over the memory.
+  at::Tensor zeros(at::IntArrayRef sizes, at::ScalarType type);
   bool pinned() const { return pin_; }
   const std::string& why_not_pinned() const { return why_not_; }
 

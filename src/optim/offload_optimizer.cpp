@@ -134,6 +134,14 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
   base::add_cost(host_buffers_cost_,
                  [&] { host_memory_ = std::make_unique<cluster::HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes); });
+  // Every host buffer's mapping, first touch and pinning is timed as its own start-up phase
+  // (the rest of "optimizer state" is filling them).
+  auto host_empty = [this](at::IntArrayRef sizes, at::ScalarType type, bool zeroed = false) {
+    at::Tensor t;
+    base::add_cost(host_buffers_cost_,
+                   [&] { t = zeroed ? host_memory_->zeros(sizes, type) : host_memory_->empty(sizes, type); });
+    return t;
+  };
   if (nvme) {
     std::vector<uint64_t> regions;
     for (size_t i = on_device; i < groups_.size(); ++i) {
@@ -150,7 +158,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       if (i >= on_device) split = std::min(split, groups_[i].begin);
     }
     const int64_t host_numel = layers[l].layout().shard_numel() - split;
-    layers[l].place_gradient(split, host_numel > 0 ? host_memory_->empty({host_numel}, at::kFloat) : at::Tensor());
+    layers[l].place_gradient(split, host_numel > 0 ? host_empty({host_numel}, at::kFloat) : at::Tensor());
   }
   // Each state buffer is made once, where it stays, in its own dtype: the master from the
   // engine's shard (fp32 values of one layer at a time), moments zeroed in place. (Making fp32
@@ -172,11 +180,11 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
     auto engine_view = [&](const at::Tensor& t) { return t.narrow(0, g.begin, numel); };
     if (g.on_cpu) {
       auto place = [&](const at::Tensor& values, at::ScalarType type) {
-        auto t = host_memory_->empty(values.sizes(), type);
+        auto t = host_empty(values.sizes(), type);
         t.copy_(values);
         return t;
       };
-      auto zeroed = [&](at::ScalarType type) { return host_memory_->empty({numel}, type).zero_(); };
+      auto zeroed = [&](at::ScalarType type) { return host_empty({numel}, type, /*zeroed=*/true); };
       const auto moments = s_.bf16_moments ? at::kBFloat16 : at::kFloat;
       if (nvme) {
         // The initial state goes to the file; the tensors here are views of its buffers
@@ -197,7 +205,7 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       g.grad = layers[g.layer].host_grad().narrow(0, g.begin - layers[g.layer].gradient_split(), g.end - g.begin);
       if (bf16_) {
         g.bf16 = shares_engine_memory_ ? engine_view(layers[g.layer].shard())
-                                       : host_memory_->empty(g.master.sizes(), at::kBFloat16);
+                                       : host_empty(g.master.sizes(), at::kBFloat16);
       }
     } else {
       g.master = master_is_shard ? engine_view(layers[g.layer].shard())

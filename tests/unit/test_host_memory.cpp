@@ -38,3 +38,20 @@ TEST(HostMemory, FailedPinningFallsBackToPlainMemory) {
   EXPECT_EQ(t.sum().item<float>(), 8.0f);
   if (!memory.pinned()) EXPECT_FALSE(memory.why_not_pinned().empty()) << "a fallback says why";
 }
+
+// zeros() skips the zeroing only for a fresh pinned mapping: memory that LibTorch's allocator
+// hands out again (garbage from the last use), and the fallback after a failed pinning, are
+// zeroed.
+TEST(HostMemory, ZerosAreZeroOnEveryPath) {
+  superoffload::log::init(superoffload::log::Level::error);
+  for (const bool pin : {false, true}) {
+    o::HostMemory memory(pin, int64_t{1} << 24);
+    for (int round = 0; round < 3; ++round) {
+      { auto dirty = at::empty({1 << 20}, at::kFloat).fill_(7.0f); }
+      const auto t = memory.zeros({1 << 20}, at::kFloat);
+      EXPECT_EQ(t.abs().max().item<float>(), 0.0f) << "pin " << pin << ", round " << round;
+      const auto b = memory.zeros({1000, 3}, at::kBFloat16);
+      EXPECT_EQ(b.to(at::kFloat).abs().max().item<float>(), 0.0f) << "pin " << pin << ", round " << round;
+    }
+  }
+}
