@@ -4,7 +4,9 @@
 Trains a Hugging Face causal LM built from a config.json with random weights (fixed seed)
 with DeepSpeed ZeRO stage 3 and the optimizer offloaded to the CPU, as SuperOffload
 (`super_offload: true`) or as ZeRO-Offload, on random tokens of a fixed shape, and prints
-the steady-state step time and tokens/s in one `deepspeed_compare:` line. The settings are
+the steady-state step time and tokens/s, the steps whose gradient norm was clipped (each one a
+rollback of SuperOffload's speculated step), and the device's and the process's memory peaks
+in one `deepspeed_compare:` line. The settings are
 the ones `superoffload train` takes under the same names (compare.sh passes both sides the
 same values), so the two runs differ in the engine only.
 
@@ -16,6 +18,7 @@ there.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -156,6 +159,9 @@ def main():
         "mean_step_ms": mean_s * 1e3,
         "median_step_ms": statistics.median(times) * 1e3,
         "tokens_per_s": args.micro * args.seq * world / mean_s,
+        # Allocated, as superoffload's /train/device_peak_bytes; NaN without a GPU.
+        "device_peak_bytes": float(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else float("nan"),
+        "host_peak_rss_bytes": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
     }
     if rank == 0:
         print("deepspeed_compare: " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
