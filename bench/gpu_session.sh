@@ -598,6 +598,7 @@ print(f"RESULT trace {name}: {1000*s['seconds']/len(steps):.0f} ms/step, device 
       f"{s['gaps']['count']} gaps over 0.5 ms ({1000*s['gaps']['seconds']/len(steps):.0f} ms/step), "
       f"{s['syncs']['per_step']:.1f} syncs/step; allocator retries {a.get('retries','-')}, cudaMalloc {a.get('device_allocs','-')}")
 print(f"RESULT trace {name}: top kernels " + "; ".join(f"{100*k['share']:.0f}% {k['name'][:60]}" for k in top))
+print(f"RESULT trace {name}: by class " + ", ".join(f"{c['class']} {100*c['share']:.1f}%" for c in s["kernels"].get("classes", [])))
 print(f"RESULT trace {name}: copies {copies or 'none'}")
 for g in s["gaps"]["listed"][:3]:
     print(f"RESULT trace {name}: gap {g['ms']:.1f} ms in {g['scope'] or '-'} after {g['preceded_by']}")

@@ -30,6 +30,7 @@ train_short "$tmp/traced" --set profile.trace_steps=2-3 > "$tmp/traced.log" 2>&1
 log=$(cat "$tmp/traced.log")
 expect_contains "$log" "trace of rank 0 in $tmp/traced/traces/rank_0.steps_2-3.pt.trace.json" "the logged summary"
 expect_contains "$log" "synchronising calls" "the logged summary's synchronisations"
+expect_contains "$log" "  by class: " "the logged kernel (operator) time by class"
 if [[ $device == cpu ]]; then
   expect_contains "$log" "top CPU operators, self time" "the logged operators"
   expect_contains "$log" "per rank:" "the logged per-rank lines"

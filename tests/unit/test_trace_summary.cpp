@@ -119,6 +119,48 @@ TEST(TraceSummary, GpuKernelsCopiesAndSynchronisations) {
   EXPECT_TRUE(std::isnan(f["allocator_retries"]));  // the tracer adds the allocator's counts
 }
 
+// Kernel time by class: every kernel of the steps in one class, named as the H200's traces
+// named them (cuBLAS's nvjet, cuDNN's SDPA, LibTorch's elementwise, copy and reduction kernels,
+// NCCL), shares of all kernel time summing to 1, and the classes in the printed summary.
+TEST(TraceSummary, GpuKernelTimeByClass) {
+  json events = json::array();
+  events.push_back(event("user_annotation", "superoffload/step 3", 0, 100000, 1, 1));
+  const std::vector<std::pair<std::string, double>> kernels = {
+      {"nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", 40000},
+      {"cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128", 10000},
+      {"void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>", 8000},
+      {"void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16>>", 12000},
+      {"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>", 5000},
+      {"void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, LogSoftMaxForwardEpilogue>", 3000},
+      {"ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 2000},
+      {"some_kernel_of_a_plugin", 1000}};
+  double t = 0;
+  int correlation = 1;
+  for (const auto& [name, us] : kernels) {
+    events.push_back(event("kernel", name, t, us, 0, 7, {{"correlation", correlation++}}));
+    t += us;
+  }
+  const auto s = summarize_trace(json{{"traceEvents", events}});
+  std::map<std::string, double> share;
+  double sum = 0;
+  for (const auto& row : s["kernels"]["classes"]) {
+    share[row["class"].get<std::string>()] = row["share"].get<double>();
+    sum += row["share"].get<double>();
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_NEAR(share["matrix products"], 0.40 / 0.81, 1e-12);
+  EXPECT_NEAR(share["attention"], 0.10 / 0.81, 1e-12);
+  EXPECT_NEAR(share["copies, casts and indexing"], 0.08 / 0.81, 1e-12);
+  EXPECT_NEAR(share["elementwise"], 0.12 / 0.81, 1e-12);
+  EXPECT_NEAR(share["reductions and norms"], 0.05 / 0.81, 1e-12);
+  EXPECT_NEAR(share["loss"], 0.03 / 0.81, 1e-12);
+  EXPECT_NEAR(share["communication"], 0.02 / 0.81, 1e-12);
+  EXPECT_NEAR(share["other"], 0.01 / 0.81, 1e-12);
+  EXPECT_EQ(s["kernels"]["classes"][0]["class"], "matrix products");  // largest first
+  const auto text = format_trace_summary(s, 3, 3, 3);
+  EXPECT_NE(text.find("by class: matrix products 49.4%, elementwise 14.8%, attention 12.3%"), std::string::npos) << text;
+}
+
 // Two steps on a CPU: operators nest on the step's thread; other threads do not count.
 json cpu_trace() {
   json events = json::array();
