@@ -32,30 +32,31 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   }
   layout_ = FlatLayout(std::move(slots), comm_.size());
   torch::NoGradGuard no_grad;
-  if (fill_shard) {
-    // Only this rank's pieces, each element written once: the pieces by the filler, the rest
-    // (the padding after the last parameter) zeroed here, not the whole buffer first (a 0.55B
-    // model's 2 GB memset). A shard already in the compute dtype on the host (fp32 CPU runs) is
-    // the buffer itself. Pieces come in flat order (FlatLayout::pieces).
-    auto shard = at::empty({layout_.shard_numel()}, at::kFloat);
-    const auto pieces = layout_.pieces(comm_.rank());
-    int64_t covered = 0;
-    for (const auto& piece : pieces) {
-      if (piece.shard_offset > covered) shard.narrow(0, covered, piece.shard_offset - covered).zero_();
-      covered = std::max(covered, piece.shard_offset + piece.length);
-    }
-    if (covered < shard.numel()) shard.narrow(0, covered, shard.numel() - covered).zero_();
-    fill_shard(pieces, shard);
-    device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
-  } else {
-    // One flat copy of the layer at a time (no concatenation temporary).
-    auto flat = at::zeros({layout_.padded_numel()}, at::kFloat);
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const auto& slot = layout_.parameters()[i];
-      flat.narrow(0, slot.offset, slot.numel).copy_(parameters_[i].detach().reshape({-1}));
-    }
-    device_shard_ = flat.narrow(0, layout_.shard_begin(comm_.rank()), layout_.shard_numel()).to(options_).clone();
+  // Only this rank's pieces, each element written once: the pieces by the filler (weights read
+  // by shard), else from the layer's own parameters (random initialisation, a checkpoint's
+  // full layers); the rest (the padding after the last parameter) zeroed here, not the whole
+  // buffer first. A shard already in the compute dtype on the host (fp32 CPU runs) is the
+  // buffer itself. (Copying the whole layer into a zeroed flat buffer and cloning this rank's
+  // part took three passes over the layer and two full-size allocations: 0.36B at 1 rank,
+  // 1.5 s of partitioning on this project's 2-core VM.) Pieces come in flat order
+  // (FlatLayout::pieces).
+  auto shard = at::empty({layout_.shard_numel()}, at::kFloat);
+  const auto pieces = layout_.pieces(comm_.rank());
+  int64_t covered = 0;
+  for (const auto& piece : pieces) {
+    if (piece.shard_offset > covered) shard.narrow(0, covered, piece.shard_offset - covered).zero_();
+    covered = std::max(covered, piece.shard_offset + piece.length);
   }
+  if (covered < shard.numel()) shard.narrow(0, covered, shard.numel() - covered).zero_();
+  if (fill_shard) {
+    fill_shard(pieces, shard);
+  } else {
+    for (const auto& piece : pieces) {
+      shard.narrow(0, piece.shard_offset, piece.length)
+          .copy_(parameters_[piece.parameter].detach().reshape({-1}).narrow(0, piece.parameter_offset, piece.length));
+    }
+  }
+  device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
   grad_split_ = layout_.shard_numel();
   grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
   host_grad_ = at::empty({0}, at::kFloat);
