@@ -117,8 +117,9 @@ run() {
         --set training.max_steps=1 --set training.output_dir="$work/ckpt_$ranks" > "$work/ckpt_$ranks.log" 2>&1
     fi
     rm -rf "$out" && cp -r "$work/ckpt_$ranks" "$out" && rm -f "$out/metrics.h5"
-    # The copy's 6 GB are dirty in the page cache: written back now, not by the resumed run's
-    # allocations (its warm runs measured 5.3 s of partitioning against 0.5 s without).
+    # The copy's 6 GB are dirty in the page cache: written back now, not during the resumed run.
+    # (This did not explain why warm resumes set up slowly here, 5.3 s of partitioning against
+    # 0.5 s from safetensors: two identical warm resumes took 13.3 s and 25.0 s on this VM.)
     sync
     set -- "${common[@]}" --set training.max_steps=2 --set checkpoint.save_on_exit=false
   fi
