@@ -11,6 +11,11 @@
 // call per expert on its tokens, the group sizes read on the host): the reference the tests
 // and bench/bench_moe_layer compare with.
 //
+// Expert parallelism ([moe] expert_parallel_size, model/expert_parallel.hpp): each rank holds
+// and computes only its range of the experts (the engine binds only those parameters). The
+// sorted pairs go to their experts' ranks (model::dispatch_to_experts), which run the same
+// grouped products on what they received, and come back to be summed per token here.
+//
 // Load-balancing loss: when config.json sets output_router_logits (as HF requires for it to
 // count), each MoE layer hands its router's statistics to the engine, which pools all MoE
 // layers of the forward pass into HF's loss (model/load_balancing.hpp), weighted by
@@ -21,6 +26,7 @@
 
 #include "base/error.hpp"
 #include "model/blocks/decoder_layers.hpp"
+#include "model/blocks/expert_exchange.hpp"
 #include "model/blocks/linear.hpp"
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
@@ -211,31 +217,47 @@ class SparseMoe : public torch::nn::Module {
     // The router above sees every token (its statistics pool the whole micro-batch, as HF's);
     // the experts, whose intermediate is the large tensor, run over tiles of tokens.
     const auto* self = this;  // outlives backward's recompute of each tile
+    const auto* group = context.expert_parallel != nullptr && context.expert_parallel->size() > 1
+                            ? context.expert_parallel
+                            : nullptr;
     return model::over_token_tiles({tokens, weights, indices}, context.tile_tokens,
-                                   [self](const std::vector<at::Tensor>& tile) {
-                                     return self->experts(tile[0], tile[1], tile[2]);
+                                   [self, group](const std::vector<at::Tensor>& tile) {
+                                     return self->experts(tile[0], tile[1], tile[2], group);
                                    })
         .view(shape);
   }
 
-  // Each token's weighted sum of its top-k experts' outputs: [tokens, hidden].
-  at::Tensor experts(const at::Tensor& tokens, const at::Tensor& weights, const at::Tensor& indices) const {
+  // Each token's weighted sum of its top-k experts' outputs: [tokens, hidden]. Under expert
+  // parallelism (`group`) the pairs are computed by their experts' ranks.
+  at::Tensor experts(const at::Tensor& tokens, const at::Tensor& weights, const at::Tensor& indices,
+                     const model::ExpertParallelGroup* group) const {
     const auto routed = route_pairs(indices, weights, s_.experts);
     const auto input = tokens.index_select(0, routed.token);
+    if (group == nullptr) return combine_pairs(compute(input, routed, {0, s_.experts}), routed, s_.top_k);
+    const auto local = group->local(s_.experts);
+    const auto outputs = model::dispatch_to_experts(*group, input, routed.ends, [&](const model::LocalExpertRows& rows) {
+      RoutedPairs here;
+      here.expert = rows.expert;
+      here.ends = rows.ends;
+      return compute(rows.rows, here, local);
+    });
+    return combine_pairs(outputs, routed, s_.top_k);
+  }
+
+  // The experts `experts` (all of them, or this rank's) on their pairs, sorted by expert:
+  // `routed.expert` counts from experts.first, `routed.ends` has one entry per expert here.
+  at::Tensor compute(const at::Tensor& input, const RoutedPairs& routed, model::ExpertRange experts) const {
     const bool loop = per_expert_loop();
-    at::Tensor y;
-    if (fused) {
-      y = loop ? clamped_experts_loop(input, routed, fused->tensors()) : clamped_experts_grouped(input, routed, fused->tensors());
-    } else {
-      std::vector<at::Tensor> gate, up, down;
-      for (const auto& expert : list->experts) {
-        gate.push_back(expert->gate->weight);
-        up.push_back(expert->up->weight);
-        down.push_back(expert->down->weight);
-      }
-      y = loop ? swiglu_experts_loop(input, routed, gate, up, down) : swiglu_experts_grouped(input, routed, gate, up, down);
+    // GPT-OSS's stacked tensors hold this rank's experts only (the engine binds those rows).
+    if (fused) return loop ? clamped_experts_loop(input, routed, fused->tensors()) : clamped_experts_grouped(input, routed, fused->tensors());
+    std::vector<at::Tensor> gate, up, down;
+    for (int64_t e = experts.first; e < experts.first + experts.count; ++e) {
+      const auto& expert = list->experts[static_cast<size_t>(e)];
+      gate.push_back(expert->gate->weight);
+      up.push_back(expert->up->weight);
+      down.push_back(expert->down->weight);
     }
-    return combine_pairs(y, routed, s_.top_k);
+    return loop ? swiglu_experts_loop(input, routed, gate, up, down) : swiglu_experts_grouped(input, routed, gate, up, down);
   }
 
   std::shared_ptr<Linear> router;
@@ -268,7 +290,9 @@ class DecoderBlock : public model::Layer {
   DecoderBlock(const Settings& s, int64_t index, std::shared_ptr<const model::Rotary> rotary)
       : Layer("model.layers." + std::to_string(index) + "."),
         rotary_(std::move(rotary)),
-        window_(s.sliding_window[static_cast<size_t>(index)]) {
+        window_(s.sliding_window[static_cast<size_t>(index)]),
+        experts_(s.experts),
+        mixtral_(s.family == Family::mixtral) {
     const model::SelfAttentionOptions attention{.hidden = s.hidden,
                                                 .heads = s.heads,
                                                 .kv_heads = s.kv_heads,
@@ -298,6 +322,17 @@ class DecoderBlock : public model::Layer {
     return h + model::over_token_tiles(normed, context.tile_tokens,
                                        [mlp](const at::Tensor& tokens) { return mlp->forward(tokens); });
   }
+  int64_t expert_count() const override { return moe ? experts_ : 0; }
+  // Qwen3-MoE, Mixtral: "<prefix>mlp.experts.<e>.<projection>.weight" belongs to expert e;
+  // GPT-OSS: "<prefix>mlp.experts.<tensor>" stacks all experts along its first dimension.
+  int64_t expert_of(const std::string& hf_name) const override {
+    if (!moe) return kSharedParameter;
+    const std::string stem = hf_prefix() + (mixtral_ ? "block_sparse_moe" : "mlp") + ".experts.";
+    if (hf_name.rfind(stem, 0) != 0) return kSharedParameter;
+    if (moe->fused) return kStackedExperts;
+    const auto rest = hf_name.substr(stem.size());
+    return std::stoll(rest.substr(0, rest.find('.')));
+  }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<SparseMoe> moe;
   std::shared_ptr<DenseMlp> dense;
@@ -306,6 +341,8 @@ class DecoderBlock : public model::Layer {
  private:
   std::shared_ptr<const model::Rotary> rotary_;
   int64_t window_;
+  int64_t experts_;
+  bool mixtral_;
 };
 
 class MoeModel : public model::CausalLM {

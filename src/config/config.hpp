@@ -97,6 +97,14 @@ struct ParallelConfig {
   std::int64_t sequence_parallel_size = 1;
 };
 
+// Mixture-of-experts models.
+struct MoeConfig {
+  // Expert parallelism: each group of this many consecutive ranks splits every MoE layer's
+  // experts among its ranks; tokens travel to their experts by all-to-all. Expert weights are
+  // partitioned only across the ranks holding the same experts. 1: none.
+  std::int64_t expert_parallel_size = 1;
+};
+
 struct ZeroConfig {
   std::int64_t stage = 3;
   std::int64_t sub_group_size = 1'000'000'000;
@@ -181,6 +189,7 @@ struct Config {
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   ParallelConfig parallel;
+  MoeConfig moe;
   ZeroConfig zero;
   OffloadConfig offload;
   PrecisionConfig precision;

@@ -276,6 +276,13 @@ class Loader {
                           std::to_string(c.config.data.seq_len) + " (" + origin_of(c, "data.seq_len") +
                           "): each rank holds an equal shard of every row — make seq_len a multiple of " + std::to_string(sp));
     }
+    const int64_t ep = c.config.moe.expert_parallel_size;
+    if (world_size % ep != 0) {
+      problems_.push_back("[moe] expert_parallel_size = " + std::to_string(ep) + " (" +
+                          origin_of(c, "moe.expert_parallel_size") + ") does not divide the world size " +
+                          std::to_string(world_size) + " — run a multiple of " + std::to_string(ep) +
+                          " ranks, or choose a divisor of " + std::to_string(world_size));
+    }
     const int64_t replicas = world_size / sp;
     BatchSizes sizes{t.train_batch_size, t.train_micro_batch_size_per_gpu, t.gradient_accumulation_steps};
     std::string problem;

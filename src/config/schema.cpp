@@ -230,6 +230,18 @@ std::vector<Section> build_schema() {
         .at_least(1);
   }
   {
+    SectionBuilder<MoeConfig> b(s, "moe", "Mixture-of-experts models.", &Config::moe);
+    b.add("expert_parallel_size", &MoeConfig::expert_parallel_size,
+          "Expert parallelism (DeepSpeed's ep_size, Megatron's --expert-model-parallel-size): each group of this many "
+          "consecutive ranks (best within a node) splits the experts of every MoE layer among its ranks, and each "
+          "token's hidden state travels to its experts' ranks and back by all-to-all. Expert weights, gradients and "
+          "optimizer state are partitioned only across the world / this ranks that hold the same experts, so no rank "
+          "gathers an expert it does not compute; attention, routers and norms stay partitioned across every rank. "
+          "Must divide the world size and every MoE layer's expert count. Checkpoints resume at any other value. "
+          "Ignored by dense models. 1: none.")
+        .at_least(1);
+  }
+  {
     SectionBuilder<ZeroConfig> b(s, "zero", "ZeRO partitioning (DeepSpeed zero_optimization names).", &Config::zero);
     b.add("stage", &ZeroConfig::stage, "ZeRO stage; superoffload implements stage 3.").one_of({"3"});
     b.add("sub_group_size", &ZeroConfig::sub_group_size,

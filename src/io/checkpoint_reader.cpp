@@ -50,25 +50,56 @@ std::string dataset(size_t layer, const std::string& field) {
 
 }  // namespace
 
-void CheckpointReader::read(size_t layer, const std::string& field, int64_t begin, int64_t count, float* out) {
+const std::vector<CheckpointReader::Placed>& CheckpointReader::placed(size_t layer) {
+  auto [it, fresh] = placed_.try_emplace(layer);
+  if (!fresh) return it->second;
+  auto& pieces = it->second;
   const auto& entry = manifest_.at("layers").at(layer);
   const int64_t shard = entry.at("shard_numel").get<int64_t>();
-  const int64_t stored = shard * world_size();
-  const int64_t end = begin + count;
-  // Elements past the stored ones (the writer's world had less padding) read as 0.
-  if (end > stored) std::fill(out + std::max<int64_t>(0, stored - begin), out + count, 0.0f);
-  for (int64_t at = begin; at < std::min(end, stored);) {
-    const int owner = static_cast<int>(at / shard);
-    const int64_t offset = at - owner * shard;
-    const int64_t length = std::min(end, (owner + 1) * shard) - at;
-    if (format_ == 1) {
-      format1_file(owner).read_float_slice(dataset(layer, field), offset, length, out + (at - begin));
-    } else {
-      file(owner).read(dataset(layer, field), static_cast<uint64_t>(offset), static_cast<uint64_t>(length),
-                       out + (at - begin));
+  if (const auto found = entry.find("placement"); found != entry.end()) {
+    SO_CHECK(found->size() == static_cast<size_t>(world_size()),
+             directory_.string() << ": layer " << layer << "'s placement lists " << found->size() << " ranks of "
+                                 << world_size());
+    for (int r = 0; r < world_size(); ++r) {
+      for (const auto& range : found->at(static_cast<size_t>(r))) {
+        const Placed p{range.at(0).get<int64_t>(), range.at(2).get<int64_t>(), r, range.at(1).get<int64_t>()};
+        SO_CHECK(p.begin >= 0 && p.length >= 0 && p.offset >= 0 && p.offset + p.length <= shard,
+                 directory_.string() << ": layer " << layer << ", rank " << r << ": a placed range outside its shard");
+        pieces.push_back(p);
+      }
     }
-    at += length;
+    std::sort(pieces.begin(), pieces.end(), [](const Placed& a, const Placed& b) { return a.begin < b.begin; });
+  } else {
+    for (int r = 0; r < world_size(); ++r) pieces.push_back({r * shard, shard, r, 0});
   }
+  return pieces;
+}
+
+void CheckpointReader::read_stored(int rank, size_t layer, const std::string& field, int64_t offset, int64_t length,
+                                   float* out) {
+  if (format_ == 1) {
+    format1_file(rank).read_float_slice(dataset(layer, field), offset, length, out);
+  } else {
+    file(rank).read(dataset(layer, field), static_cast<uint64_t>(offset), static_cast<uint64_t>(length), out);
+  }
+}
+
+void CheckpointReader::read(size_t layer, const std::string& field, int64_t begin, int64_t count, float* out) {
+  const int64_t end = begin + count;
+  // Elements no writer held (past its padding, or padding between placed ranges) read as 0.
+  int64_t filled = begin;  // [begin, filled) is written
+  const auto& pieces = placed(layer);
+  // The first piece that ends after `begin`.
+  auto it = std::upper_bound(pieces.begin(), pieces.end(), begin,
+                             [](int64_t at, const Placed& p) { return at < p.begin + p.length; });
+  for (; it != pieces.end() && it->begin < end; ++it) {
+    const int64_t from = std::max(begin, it->begin), to = std::min(end, it->begin + it->length);
+    if (from >= to) continue;
+    if (from > filled) std::fill(out + (filled - begin), out + (from - begin), 0.0f);
+    read_stored(it->rank, layer, field, it->offset + (from - it->begin), to - from, out + (from - begin));
+    filled = to;
+  }
+  if (filled < end) std::fill(out + (filled - begin), out + count, 0.0f);
 }
 
 int64_t CheckpointReader::steps(size_t layer) {

@@ -1,6 +1,7 @@
 // Reads a checkpoint written by any number of ranks: the manifest's layout says where each
-// layer's flat elements lie (rank k of M holds [k·shard, (k+1)·shard)), so a run of N ranks
-// reads exactly the slices of its own shards from the files that hold them. Every byte read is
+// layer's flat elements lie (rank k of M holds [k·shard, (k+1)·shard), or, under expert
+// parallelism, the ranges the layer's "placement" lists for it), so a run of N ranks reads
+// exactly the slices of its own shards from the files that hold them. Every byte read is
 // checked: format 2 against its block's CRC32C, format 1 by HDF5's Fletcher32 filter.
 #pragma once
 
@@ -39,6 +40,15 @@ class CheckpointReader {
   std::vector<uint8_t> rank_blob(int rank, const std::string& name);
 
  private:
+  // A piece of a layer's flat elements in one writer's shard.
+  struct Placed {
+    int64_t begin = 0, length = 0;  // in the layer's flat layout
+    int rank = 0;
+    int64_t offset = 0;             // in that rank's shard
+  };
+  // The layer's pieces in flat order: from its placement, else one per writer rank.
+  const std::vector<Placed>& placed(size_t layer);
+  void read_stored(int rank, size_t layer, const std::string& field, int64_t offset, int64_t length, float* out);
   Hdf5File& format1_file(int rank);
   RankFileReader& file(int rank);
   std::filesystem::path directory_;
@@ -47,6 +57,7 @@ class CheckpointReader {
   int threads_ = 1;
   std::map<int, std::unique_ptr<Hdf5File>> format1_files_;
   std::map<int, std::unique_ptr<RankFileReader>> files_;
+  std::map<size_t, std::vector<Placed>> placed_;
 };
 
 }  // namespace superoffload::io

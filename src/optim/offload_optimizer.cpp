@@ -94,12 +94,13 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   layer_s_.assign(layers.size(), 0.0);
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& layout = layers[l].layout();
-    const auto pieces = layout.pieces(rank);
-    for (int64_t begin = 0; begin < layout.shard_numel(); begin += s_.sub_group_size) {
+    const auto& pieces = layers[l].shard_pieces();
+    const int64_t shard = layers[l].shard_numel();
+    for (int64_t begin = 0; begin < shard; begin += s_.sub_group_size) {
       SubGroup g;
       g.layer = l;
       g.begin = begin;
-      g.end = std::min(layout.shard_numel(), begin + s_.sub_group_size);
+      g.end = std::min(shard, begin + s_.sub_group_size);
       // Runs of equal weight decay inside the sub-group (padding takes none).
       int64_t at = g.begin;
       for (const auto& piece : pieces) {
@@ -153,11 +154,11 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
   // Each layer's CPU sub-groups are the end of its shard: their gradient is one host tensor,
   // where the engine reduces it (and copies it from the device on a GPU run).
   for (size_t l = 0; l < layers.size(); ++l) {
-    int64_t split = layers[l].layout().shard_numel();
+    int64_t split = layers[l].shard_numel();
     for (size_t i : groups_of_layer_[l]) {
       if (i >= on_device) split = std::min(split, groups_[i].begin);
     }
-    const int64_t host_numel = layers[l].layout().shard_numel() - split;
+    const int64_t host_numel = layers[l].shard_numel() - split;
     layers[l].place_gradient(split, host_numel > 0 ? host_empty({host_numel}, at::kFloat) : at::Tensor());
   }
   // Each state buffer is made once, where it stays, in its own dtype: the master from the

@@ -10,14 +10,13 @@
 namespace superoffload::optim {
 
 ShardedAdamW::ShardedAdamW(zero::ZeroEngine& engine, AdamWSettings settings) : engine_(engine), s_(settings) {
-  const int rank = engine_.comm().rank();
   for (auto& layer : engine_.layers()) {
     // fp32 compute: the shard is the master copy (on the engine's device, like the shards).
     master_.push_back(layer.compute_dtype() == at::kFloat ? layer.shard() : layer.shard_fp32().clone());
     exp_avg_.push_back(at::zeros_like(master_.back()));
     exp_avg_sq_.push_back(at::zeros_like(master_.back()));
     Pieces decayed, plain;
-    for (const auto& piece : layer.layout().pieces(rank)) {
+    for (const auto& piece : layer.shard_pieces()) {
       auto& into = layer.layout().parameters()[piece.parameter].weight_decay ? decayed : plain;
       auto view = [&](const at::Tensor& t) { return t.narrow(0, piece.shard_offset, piece.length); };
       into.master.push_back(view(master_.back()));

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -75,7 +76,68 @@ std::string shape_text(const nlohmann::json& shape) {
   return out.str() + "]";
 }
 
+// This rank's shard of `layer` as ranges of the layer's full flat layout: {begin there, offset
+// in the shard, length}, adjacent pieces merged (a whole shard without expert parallelism).
+std::vector<std::array<int64_t, 3>> canonical_ranges(const zero::PartitionedLayer& layer) {
+  std::vector<std::array<int64_t, 3>> ranges;
+  for (const auto& piece : layer.shard_pieces()) {
+    const int64_t begin = layer.layout().parameters()[piece.parameter].offset + piece.parameter_offset;
+    if (!ranges.empty() && ranges.back()[0] + ranges.back()[2] == begin &&
+        ranges.back()[1] + ranges.back()[2] == piece.shard_offset) {
+      ranges.back()[2] += piece.length;
+    } else {
+      ranges.push_back({begin, piece.shard_offset, piece.length});
+    }
+  }
+  return ranges;
+}
+
 }  // namespace
+
+const nlohmann::json& TrainingCheckpoints::placement() {
+  if (placement_known_) return placement_;
+  placement_known_ = true;
+  auto& layers = engine_.layers();
+  int split = 0;
+  for (const auto& layer : layers) split = std::max(split, static_cast<int>(layer.regions().size() > 1));
+  SO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &split, 1, MPI_INT, MPI_MAX, world_.world()));
+  if (split == 0) return placement_;
+  // Every layer's ranges of this rank as one array: per layer its range count, then the ranges.
+  std::vector<int64_t> mine;
+  for (const auto& layer : layers) {
+    const auto ranges = canonical_ranges(layer);
+    mine.push_back(static_cast<int64_t>(ranges.size()));
+    for (const auto& r : ranges) mine.insert(mine.end(), r.begin(), r.end());
+  }
+  const int world = world_.size();
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<size_t>(world)), displacements(static_cast<size_t>(world));
+  SO_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world_.world()));
+  std::vector<int64_t> all;
+  if (world_.rank() == 0) {
+    int total = 0;
+    for (int r = 0; r < world; ++r) {
+      displacements[static_cast<size_t>(r)] = total;
+      total += counts[static_cast<size_t>(r)];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  SO_CHECK_MPI(MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), displacements.data(),
+                           MPI_INT64_T, 0, world_.world()));
+  if (world_.rank() != 0) return placement_;  // only rank 0 writes the manifest
+  placement_ = nlohmann::json::array();
+  for (size_t l = 0; l < layers.size(); ++l) placement_.push_back(nlohmann::json::array());
+  for (int r = 0; r < world; ++r) {
+    size_t at = static_cast<size_t>(displacements[static_cast<size_t>(r)]);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const auto n = static_cast<size_t>(all[at++]);
+      nlohmann::json ranges = nlohmann::json::array();
+      for (size_t i = 0; i < n; ++i, at += 3) ranges.push_back({all[at], all[at + 1], all[at + 2]});
+      placement_[l].push_back(std::move(ranges));
+    }
+  }
+  return placement_;
+}
 
 TrainingCheckpoints::TrainingCheckpoints(const config::Config& config, zero::ZeroEngine& engine, optim::Optimizer& optimizer,
                                          const cluster::MpiWorld& world, nlohmann::json model)
@@ -92,6 +154,7 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
   std::vector<optim::ShardState> states;  // keeps the host copies alive while they are written
   std::vector<io::ShardView> views;
   nlohmann::json layout = nlohmann::json::array();
+  const auto& placed = placement();
   for (size_t l = 0; l < layers.size(); ++l) {
     auto s = optimizer_.export_layer(l);
     // A background save needs its own copy: the optimizer's host buffers change next step.
@@ -111,7 +174,8 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
                             {"weight_decay", p.weight_decay}});
     }
     layout.push_back({{"prefix", layers[l].layer().hf_prefix()}, {"numel", l_layout.numel()},
-                      {"shard_numel", l_layout.shard_numel()}, {"parameters", parameters}});
+                      {"shard_numel", layers[l].shard_numel()}, {"parameters", parameters}});
+    if (!placed.is_null()) layout.back()["placement"] = placed[l];
   }
   refuse_non_finite_weights(states, position.step);
   nlohmann::json manifest;
@@ -125,6 +189,8 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
                           {"seed", config_.training.seed}};
   manifest["evaluation"] = EvalTracker::to_json(position.evaluation);
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
+  // Where experts live is in each layer's placement; this says how they were split.
+  manifest["expert_parallel_size"] = config_.moe.expert_parallel_size;
   std::error_code no_size;
   const auto data_bytes = fs::file_size(config_.data.path, no_size);
   manifest["data"] = {{"path", config_.data.path}, {"bytes", no_size ? -1 : static_cast<int64_t>(data_bytes)}};
@@ -422,18 +488,20 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
   const int rank = world_.rank();
   auto& layers = engine_.layers();
   for (size_t l = 0; l < layers.size(); ++l) {
-    const auto& layout = layers[l].layout();
-    const int64_t begin = layout.shard_begin(rank), count = layout.shard_numel();
+    // This rank's ranges of the layer's full layout, wherever the writer's ranks held them;
+    // the padding between and after them stays 0 whatever the writer's padding held.
+    const auto ranges = canonical_ranges(layers[l]);
     optim::ShardState state;
     for (auto [field, tensor] : {std::pair{"master", &state.master}, std::pair{"exp_avg", &state.exp_avg},
                                  std::pair{"exp_avg_sq", &state.exp_avg_sq}}) {
-      *tensor = at::empty({count}, at::kFloat);
-      reader.read(l, field, begin, count, tensor->data_ptr<float>());
-      // Padding past the parameters stays 0 whatever the writer's padding held.
-      if (begin + count > layout.numel()) {
-        const int64_t first_padding = std::max<int64_t>(0, layout.numel() - begin);
-        tensor->narrow(0, first_padding, count - first_padding).zero_();
+      *tensor = at::empty({layers[l].shard_numel()}, at::kFloat);
+      int64_t covered = 0;  // shard elements up to here are read or zeroed
+      for (const auto& [begin, offset, length] : ranges) {
+        if (offset > covered) tensor->narrow(0, covered, offset - covered).zero_();
+        reader.read(l, field, begin, length, tensor->data_ptr<float>() + offset);
+        covered = offset + length;
       }
+      if (covered < tensor->numel()) tensor->narrow(0, covered, tensor->numel() - covered).zero_();
     }
     state.steps = reader.steps(l);
     optimizer_.import_layer(l, state);
@@ -455,8 +523,10 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
                       << consumed % global_batch_ << " samples of the epoch are seen again";
     }
   }
-  // Per-rank state belongs to a rank of the same layout; at another world size it starts afresh.
-  if (reader.world_size() == world_.size()) {
+  // Per-rank state belongs to a rank of the same layout; at another world size (or another
+  // split of the experts) it starts afresh.
+  if (reader.world_size() == world_.size() &&
+      reader.manifest().value("expert_parallel_size", int64_t{1}) == config_.moe.expert_parallel_size) {
     set_cpu_rng_state(reader.rank_blob(rank, "rng_state"));
     const auto optimizer_state = reader.rank_blob(rank, "optimizer_state");
     try {

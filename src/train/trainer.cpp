@@ -208,8 +208,46 @@ std::unique_ptr<zero::SequenceParallel> make_sequence_parallel(const config::Con
   return group;
 }
 
+// [moe] expert_parallel_size > 1 on a mixture-of-experts model: the groups and their
+// communicators, after checking that every MoE layer's experts divide among them; null
+// otherwise (a dense model ignores the setting, and says so).
+std::unique_ptr<zero::ExpertParallel> make_expert_parallel(const config::Config& cfg, const model::CausalLM& model,
+                                                           const cluster::MpiWorld& world, at::Device device) {
+  const int64_t size = cfg.moe.expert_parallel_size;
+  if (size <= 1) return nullptr;
+  int64_t experts = 0;
+  for (const auto& layer : model.layers()) {
+    const int64_t here = layer->expert_count();
+    if (here > 0 && here % size != 0) {
+      throw Error(layer->hf_prefix() + " has " + std::to_string(here) + " experts, which do not divide among " +
+                      std::to_string(size) + " expert-parallel ranks ([moe] expert_parallel_size = " +
+                      std::to_string(size) + ")",
+                  "choose an expert_parallel_size that divides " + std::to_string(here) + " and the world size " +
+                      std::to_string(world.size()),
+                  Error::UserInput{});
+    }
+    experts = std::max(experts, here);
+  }
+  if (experts == 0) {
+    if (world.rank() == 0) {
+      SO_LOG(warning) << "[moe] expert_parallel_size = " << size << " is ignored: the model has no mixture-of-experts layer";
+    }
+    return nullptr;
+  }
+  auto group = std::make_unique<zero::ExpertParallel>(world.world(), static_cast<int>(size), cfg.runtime.comm_backend,
+                                                      device);
+  if (world.rank() == 0) {
+    SO_LOG(info) << "expert parallelism: " << world.size() / size << " group(s) of " << size
+                 << " consecutive ranks, each rank computing " << experts / size << " of the " << experts
+                 << " experts of every MoE layer (tokens exchanged by all-to-all); expert weights partitioned across the "
+                 << world.size() / size << " rank(s) that hold the same experts, the rest across all " << world.size();
+  }
+  return group;
+}
+
 zero::EngineOptions engine_options(const config::Config& cfg, at::Device device, int64_t hidden,
-                                   const zero::SequenceParallel* sequence_parallel) {
+                                   const zero::SequenceParallel* sequence_parallel,
+                                   const zero::ExpertParallel* expert_parallel) {
   return {.compute_dtype = cfg.precision.bf16 ? at::kBFloat16 : at::kFloat,
           .device = device,
           .activation_checkpointing = cfg.training.activation_checkpointing,
@@ -221,7 +259,8 @@ zero::EngineOptions engine_options(const config::Config& cfg, at::Device device,
           .persistence_threshold = cfg.zero.stage3_param_persistence_threshold,
           .reduce_bucket_size = cfg.zero.reduce_bucket_size,
           .tile_tokens = mlp_tile_tokens(cfg, hidden),
-          .sequence_parallel = sequence_parallel};
+          .sequence_parallel = sequence_parallel,
+          .expert_parallel = expert_parallel};
 }
 
 // [offload] speculation as the optimizer takes it; super_offload = false speculates nothing.
@@ -524,6 +563,7 @@ class TrainingRun {
   model::ModelShape shape_;
   std::unique_ptr<comm::Communicator> communicator_;
   std::unique_ptr<zero::SequenceParallel> sequence_parallel_;
+  std::unique_ptr<zero::ExpertParallel> expert_parallel_;
   std::unique_ptr<zero::ZeroEngine> engine_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::optional<CachePartition> cache_partition_;
@@ -588,6 +628,7 @@ void TrainingRun::set_up_engine() {
   timeline.mark("model build");
   communicator_ = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
   sequence_parallel_ = make_sequence_parallel(cfg, loaded.config, world, device);
+  expert_parallel_ = make_expert_parallel(cfg, *loaded.model, world, device);
   // A run that will resume takes every weight and the optimizer state from the checkpoint:
   // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
   // minutes of work the checkpoint overwrites). Found now, before the engine; resume() then
@@ -611,7 +652,7 @@ void TrainingRun::set_up_engine() {
       by_shard ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
                : nullptr;
   engine_ = std::make_unique<zero::ZeroEngine>(
-      loaded.model, *communicator_, engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get()),
+      loaded.model, *communicator_, engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get(), expert_parallel_.get()),
       [&filling, &loaded, fill_from_checkpoint, by_shard](size_t layer) {
         if (!fill_from_checkpoint && !by_shard) base::add_cost(filling, [&] { loaded.materialize(layer); });
       },

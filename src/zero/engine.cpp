@@ -99,8 +99,20 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     if (fill_shard) {
       filler = [&fill_shard, i](const std::vector<ShardPiece>& pieces, at::Tensor& shard) { fill_shard(i, pieces, shard); };
     }
+    if (const auto* ep = options_.expert_parallel; ep != nullptr && layers[i]->expert_count() > 0) {
+      const int64_t experts = layers[i]->expert_count();
+      if (experts % ep->size() != 0) {
+        throw Error(layers[i]->hf_prefix() + " has " + std::to_string(experts) + " experts, which do not divide among " +
+                        std::to_string(ep->size()) + " expert-parallel ranks ([moe] expert_parallel_size = " +
+                        std::to_string(ep->size()) + ")",
+                    "set [moe] expert_parallel_size to a divisor of " + std::to_string(experts) +
+                        " that divides the world size",
+                    Error::UserInput{});
+      }
+    }
     layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent,
-                         [this](const std::string& name) { return model_->decays(name); }, filler);
+                         [this](const std::string& name) { return model_->decays(name); }, filler,
+                         options_.expert_parallel);
   }
   account();
 }
@@ -109,9 +121,9 @@ void ZeroEngine::account() {
   memory_.shard_numel = 0;
   memory_.live_numel = 0;
   for (const auto& l : layers_) {
-    memory_.shard_numel += l.layout().shard_numel();
+    memory_.shard_numel += l.shard_numel();
     // A layer gathered in place (one rank) occupies no memory besides its shard.
-    if ((l.live() && !l.gathers_in_place()) || l.gathering()) memory_.live_numel += l.layout().padded_numel();
+    if ((l.live() && !l.gathers_in_place()) || l.gathering()) memory_.live_numel += l.gathered_numel();
   }
   memory_.peak_live_numel = std::max(memory_.peak_live_numel, memory_.live_numel);
   memory_.peak_resident_numel = std::max(memory_.peak_resident_numel, memory_.shard_numel + memory_.live_numel);
@@ -132,7 +144,7 @@ void ZeroEngine::gather(size_t i) {
 void ZeroEngine::prefetch(size_t i) {
   auto& next = layers_[i];
   if (next.live() || next.gathering()) return;
-  const int64_t size = next.layout().padded_numel();
+  const int64_t size = next.gathered_numel();
   if (size > options_.prefetch_bucket_size) return;
   if (memory_.live_numel + size > options_.max_live_parameters) return;
   next.gather_async();
@@ -162,6 +174,7 @@ model::BatchContext ZeroEngine::context_for(const at::Tensor& tokens, const at::
     context.position_ids = sp->shard(context.position_ids);
     context.sequence_parallel = sp;
   }
+  context.expert_parallel = options_.expert_parallel;
   context.router_statistics = routers;
   context.tile_tokens = options_.tile_tokens;
   return context;

@@ -22,6 +22,7 @@
 #include "model/load_balancing.hpp"
 #include "zero/activation_offload.hpp"
 #include "zero/engine_stats.hpp"
+#include "zero/expert_parallel.hpp"
 #include "zero/gradient_reducer.hpp"
 #include "zero/layer_profiler.hpp"
 #include "zero/partitioned_layer.hpp"
@@ -48,6 +49,9 @@ struct EngineOptions {
   // Ulysses sequence parallelism (zero/sequence_parallel.hpp), owned by the caller and outliving
   // the engine; null: none. The engine is handed whole rows and keeps this rank's shard.
   const SequenceParallel* sequence_parallel = nullptr;
+  // Expert parallelism (zero/expert_parallel.hpp), owned by the caller and outliving the
+  // engine; null: every rank holds and computes every expert.
+  const ExpertParallel* expert_parallel = nullptr;
 };
 
 struct MicroBatchResult {

@@ -18,28 +18,32 @@ GradientReducer::GradientReducer(comm::Communicator& comm, BufferCache& buffers,
     : comm_(comm),
       buffers_(buffers),
       device_(device),
-      // One rank reduces nothing: its chunks only stage the CPU share's gradient for the copy
-      // to host memory, which needs no large buffer.
-      chunk_per_rank_(std::max<int64_t>(
-          1, comm.size() == 1 ? std::min<int64_t>(bucket_elements, kOneRankChunk) : bucket_elements / comm.size())),
+      bucket_elements_(bucket_elements),
       // Two chunks, one being filled while the one before is reduced, each with its send buffer
       // and (for the host part) its staging buffer.
-      limit_(2 * chunk_per_rank_ * (comm.size() > 1 ? comm.size() + 1 : 1)) {
+      limit_(2 * chunk_per_rank(comm) * (comm.size() > 1 ? comm.size() + 1 : 1)) {
   if (!device_.is_cpu()) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
     copy_stream_ = guard.getStreamFromGlobalPool(device_);
   }
 }
 
-void GradientReducer::flatten(const PartitionedLayer& layer, const std::vector<at::Tensor>& grads, int64_t begin,
+int64_t GradientReducer::chunk_per_rank(const comm::Communicator& comm) const {
+  // One rank reduces nothing: its chunks only stage the CPU share's gradient for the copy to
+  // host memory, which needs no large buffer.
+  return std::max<int64_t>(1, comm.size() == 1 ? std::min<int64_t>(bucket_elements_, kOneRankChunk)
+                                               : bucket_elements_ / comm.size());
+}
+
+void GradientReducer::flatten(const LayerRegion& region, const std::vector<at::Tensor>& grads, int64_t begin,
                               at::Tensor dest, bool accumulate) const {
   const int64_t length = dest.numel();
   int64_t written = 0;
   auto zero_until = [&](int64_t offset) {
     if (!accumulate && offset > written) dest.narrow(0, written, offset - written).zero_();
   };
-  for (const auto& piece : layer.layout().pieces_in(begin, begin + length)) {
-    const auto& grad = grads[piece.parameter];
+  for (const auto& piece : region.layout.pieces_in(begin, begin + length)) {
+    const auto& grad = grads[region.parameter[piece.parameter]];
     zero_until(piece.shard_offset);
     written = piece.shard_offset + piece.length;
     if (!grad.defined()) {  // e.g. an expert no token was routed to
@@ -78,18 +82,20 @@ std::unique_ptr<c10::Event> GradientReducer::copy_to_host(comm::Work* work, cons
   return event;
 }
 
-void GradientReducer::launch(size_t index, PartitionedLayer& layer, const std::vector<at::Tensor>& grads, bool first,
-                             int64_t begin, int64_t end) {
-  const int world = comm_.size(), rank = comm_.rank();
+void GradientReducer::launch(size_t index, PartitionedLayer& layer, const LayerRegion& region,
+                             const std::vector<at::Tensor>& grads, bool first, int64_t begin, int64_t end) {
+  auto& comm = *region.comm;
+  const int world = comm.size(), rank = comm.rank();
   const int64_t length = end - begin;
   const int64_t split = layer.gradient_split();
   at::Tensor target = begin < split ? layer.grad_shard().narrow(0, begin, length)
                                     : layer.host_grad().narrow(0, begin - split, length);
   const bool direct = target.device() == device_;
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device_);
-  const int64_t shard = layer.layout().shard_numel();
+  // Positions in the region's flat layout: rank r's shard of it starts at r · shard.
+  const int64_t shard = region.layout.shard_numel(), at = begin - region.shard_offset;
   if (world == 1 && direct) {  // nothing to communicate or stage: into the gradient itself
-    flatten(layer, grads, begin, target, /*accumulate=*/!first);
+    flatten(region, grads, rank * shard + at, target, /*accumulate=*/!first);
     return;
   }
   const int64_t elements = (world > 1 ? world * length : 0) + (direct ? 0 : length);
@@ -103,12 +109,12 @@ void GradientReducer::launch(size_t index, PartitionedLayer& layer, const std::v
   if (world > 1) {
     chunk.send = buffers_.take(world * length, options);
     for (int r = 0; r < world; ++r) {
-      flatten(layer, grads, r * shard + begin, chunk.send.narrow(0, r * length, length), /*accumulate=*/false);
+      flatten(region, grads, r * shard + at, chunk.send.narrow(0, r * length, length), /*accumulate=*/false);
     }
     own = chunk.send.narrow(0, rank * length, length);
   } else {
     chunk.staging = buffers_.take(length, options);
-    flatten(layer, grads, rank * shard + begin, chunk.staging, /*accumulate=*/false);
+    flatten(region, grads, rank * shard + at, chunk.staging, /*accumulate=*/false);
     own = chunk.staging;
   }
   // Later micro-batches: the accumulated values join this rank's slice, so the result is the sum.
@@ -116,7 +122,7 @@ void GradientReducer::launch(size_t index, PartitionedLayer& layer, const std::v
   if (world > 1) {
     if (!direct) chunk.staging = buffers_.take(length, options);
     void* recv = direct ? target.data_ptr() : chunk.staging.data_ptr();
-    chunk.work = comm_.reduce_scatter(chunk.send.data_ptr(), recv, static_cast<size_t>(length), comm::DataType::f32,
+    chunk.work = comm.reduce_scatter(chunk.send.data_ptr(), recv, static_cast<size_t>(length), comm::DataType::f32,
                                       comm::ReduceOp::sum);
   }
   if (!direct) chunk.copied = copy_to_host(chunk.work.get(), chunk.staging, target);
@@ -131,12 +137,20 @@ void GradientReducer::reduce(size_t index, PartitionedLayer& layer) {
   SO_CHECK(outstanding_[index] == 0, "layer " << index << " is reduced again before its last reduction finished");
   const bool first = layer.begin_reduction();
   const auto grads = layer.gradients();
-  const int64_t shard = layer.layout().shard_numel(), split = layer.gradient_split();
-  // Chunks never straddle the split: each has one destination.
-  for (const auto& [from, to] : {std::pair{int64_t{0}, split}, std::pair{split, shard}}) {
-    // One rank, device part: written in place, in one pass (no buffer to bound).
-    const int64_t step = comm_.size() == 1 && from == 0 ? std::max<int64_t>(to, 1) : chunk_per_rank_;
-    for (int64_t begin = from; begin < to; begin += step) launch(index, layer, grads, first, begin, std::min(to, begin + step));
+  const int64_t split = layer.gradient_split();
+  // Chunks never straddle the split (each has one destination) nor a region's end (each has
+  // one communicator).
+  for (const auto& region : layer.regions()) {
+    const int64_t region_begin = region.shard_offset, region_end = region.shard_offset + region.layout.shard_numel();
+    for (const auto& [part_begin, part_end] : {std::pair{int64_t{0}, split}, std::pair{split, layer.shard_numel()}}) {
+      const int64_t from = std::max(part_begin, region_begin), to = std::min(part_end, region_end);
+      // One rank, device part: written in place, in one pass (no buffer to bound).
+      const int64_t step = region.comm->size() == 1 && part_begin == 0 ? std::max<int64_t>(to - from, 1)
+                                                                       : chunk_per_rank(*region.comm);
+      for (int64_t begin = from; begin < to; begin += step) {
+        launch(index, layer, region, grads, first, begin, std::min(to, begin + step));
+      }
+    }
   }
   layer.clear_gradients();
   if (outstanding_[index] == 0) complete_.push_back(index);

@@ -18,6 +18,9 @@
 // GPU the host part travels back for it, from pinned memory). One rank: no collective; the
 // device part is written in place, the host part staged (in chunks of at most 2^25 elements)
 // and copied as above.
+//
+// A layer partitioned in regions (expert parallelism: partitioned_layer.hpp) is reduced region
+// by region, each over its own communicator: an expert's gradient only across its replicas.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -61,12 +64,14 @@ class GradientReducer {
     std::unique_ptr<c10::Event> copied;  // the staging → host copy (GPU)
     int64_t elements = 0;                // of send and staging
   };
-  void launch(size_t index, PartitionedLayer& layer, const std::vector<at::Tensor>& grads, bool first,
-              int64_t begin, int64_t end);
-  // Copies the gradient pieces of flat range [begin, begin + dest.numel()) into `dest`; zeros
-  // elsewhere (padding, parameters without a gradient), or adds them when `accumulate`.
-  void flatten(const PartitionedLayer& layer, const std::vector<at::Tensor>& grads, int64_t begin, at::Tensor dest,
+  // [begin, end) of the layer's shard, within one region.
+  void launch(size_t index, PartitionedLayer& layer, const LayerRegion& region, const std::vector<at::Tensor>& grads,
+              bool first, int64_t begin, int64_t end);
+  // Copies the gradient pieces of the region's flat range [begin, begin + dest.numel()) into
+  // `dest`; zeros elsewhere (padding, parameters without a gradient), or adds them when `accumulate`.
+  void flatten(const LayerRegion& region, const std::vector<at::Tensor>& grads, int64_t begin, at::Tensor dest,
                bool accumulate) const;
+  int64_t chunk_per_rank(const comm::Communicator& comm) const;
   // Staging → host target, asynchronously on the copy stream after `work` (if any) completes.
   std::unique_ptr<c10::Event> copy_to_host(comm::Work* work, const at::Tensor& staging, at::Tensor target);
   // `done`: poll() saw its copy complete, so no synchronising call (the H200 traces counted 63
@@ -76,7 +81,7 @@ class GradientReducer {
   comm::Communicator& comm_;
   BufferCache& buffers_;
   at::Device device_;
-  int64_t chunk_per_rank_;   // elements of this rank's slice per chunk
+  int64_t bucket_elements_;  // [zero] reduce_bucket_size
   int64_t limit_;            // elements in flight before reduce() waits
   std::optional<c10::Stream> copy_stream_;  // GPU: device → host copies
   std::deque<Chunk> in_flight_;

@@ -6,6 +6,13 @@
 // With one rank nothing is communicated or staged: the shard is the gathered buffer (the
 // parameters are views of it). An
 // optimizer may keep its state in the shard itself (shard(), then shard_updated()).
+//
+// Under expert parallelism (zero/expert_parallel.hpp) a mixture-of-experts layer is partitioned
+// in two regions: its shared parameters (attention, router, norms) across every rank, and the
+// experts this rank computes across their replicas only; the other experts' parameters are
+// neither held nor gathered. The rank's shard is the two regions' shards back to back, and
+// shard_pieces() says where each element belongs in the layer's full layout (layout(), which
+// checkpoints keep: the same whatever the partitioning).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -22,6 +29,19 @@
 
 namespace superoffload::zero {
 
+class ExpertParallel;
+
+// One part of a layer's parameters, partitioned over one communicator (FlatLayout's rules).
+struct LayerRegion {
+  FlatLayout layout;                  // its slots: the tensors as bound (a stacked expert tensor: this rank's rows)
+  std::vector<size_t> parameter;      // each slot's parameter of the layer (index into layout().parameters())
+  std::vector<int64_t> first_element; // where the slot starts in that parameter's full tensor
+  comm::Communicator* comm = nullptr;
+  int64_t shard_offset = 0;           // where the region's shard starts in the layer's shard
+  int64_t gathered_offset = 0;        // where its elements start in the gathered buffer
+  bool in_place() const { return comm->size() == 1; }  // gathered = its shard
+};
+
 class PartitionedLayer {
  public:
   // Takes the layer's current (full) parameter values, keeps this rank's shard in
@@ -36,13 +56,24 @@ class PartitionedLayer {
   using ShardFiller = std::function<void(const std::vector<ShardPiece>& pieces, at::Tensor& shard)>;
   PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, BufferCache& buffers,
                    at::ScalarType compute_dtype, at::Device device, bool persistent,
-                   const std::function<bool(const std::string&)>& decays, const ShardFiller& fill_shard = nullptr);
+                   const std::function<bool(const std::string&)>& decays, const ShardFiller& fill_shard = nullptr,
+                   const ExpertParallel* expert_parallel = nullptr);
 
   model::Layer& layer() { return *layer_; }
+  // Every parameter of the layer in its canonical flat order (checkpoints, export): the same
+  // whatever the partitioning. Its shard_numel() is this rank's only without expert parallelism.
   const FlatLayout& layout() const { return layout_; }
+  const std::vector<LayerRegion>& regions() const { return regions_; }
+  // This rank's shard: its length, and its pieces of the layer's parameters in shard order
+  // (ShardPiece::parameter indexes layout().parameters(), parameter_offset counts in the full
+  // tensor); elements in no piece are padding (0).
+  int64_t shard_numel() const { return shard_numel_; }
+  const std::vector<ShardPiece>& shard_pieces() const { return pieces_; }
+  // Elements a gather of the layer brings in (its regions over more than one rank).
+  int64_t gathered_numel() const { return gathered_numel_; }
   bool persistent() const { return persistent_; }
   bool live() const { return gathered_.defined(); }
-  bool gathering() const { return pending_ != nullptr; }
+  bool gathering() const { return gathering_buffer_.defined(); }
   at::ScalarType compute_dtype() const { return options_.dtype().toScalarType(); }
   at::Device device() const { return options_.device(); }
 
@@ -56,8 +87,8 @@ class PartitionedLayer {
   void set_shard(const at::Tensor& values);
   // After shard() was written in place: a live layer that holds a gathered copy gathers again.
   void shard_updated();
-  // One rank: gathering is binding the parameters to the shard (no buffer, no collective).
-  bool gathers_in_place() const { return comm_.size() == 1; }
+  // One rank (per region): gathering is binding the parameters to the shard (no buffer, no collective).
+  bool gathers_in_place() const { return gathered_numel_ == 0; }
 
   void gather_async();   // starts the all-gather (no-op when live or already gathering)
   void wait_gathered();  // completes it and binds the parameters to views of the buffer
@@ -95,6 +126,9 @@ class PartitionedLayer {
   comm::Communicator& comm_;
   BufferCache* buffers_;
   FlatLayout layout_;
+  std::vector<LayerRegion> regions_;
+  std::vector<ShardPiece> pieces_;
+  int64_t shard_numel_ = 0, gathered_numel_ = 0;
   std::vector<at::Tensor> parameters_;  // the layer's Parameter variables, in layout order
   at::Tensor device_shard_;             // [shard] compute dtype
   at::Tensor gathered_;                 // [padded] compute dtype, while live
@@ -103,7 +137,7 @@ class PartitionedLayer {
   at::Tensor host_grad_;                // [shard - split] fp32, host memory (empty: none)
   int64_t grad_split_ = 0;
   bool grad_stale_ = true;              // the gradient holds an earlier step's values: overwrite
-  std::unique_ptr<comm::Work> pending_;
+  std::vector<std::unique_ptr<comm::Work>> pending_;
   bool persistent_;
   at::TensorOptions options_;
 };

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/expert_parallel.hpp"
 #include "model/labels.hpp"
 #include "model/sequence_parallel.hpp"
 
@@ -37,6 +38,10 @@ struct BatchContext {
   // Ulysses sequence parallelism (sequence_parallel.hpp): the group this rank's shard belongs
   // to; attention exchanges through it. Null: each rank holds whole rows.
   const SequenceParallelGroup* sequence_parallel = nullptr;
+  // Expert parallelism (expert_parallel.hpp): the group across which mixture-of-experts layers
+  // split their experts; this rank holds and computes only its range of them, and routed
+  // tokens travel to their experts' ranks. Null: every rank computes every expert.
+  const ExpertParallelGroup* expert_parallel = nullptr;
   // Mixture-of-experts layers whose config asks for the load-balancing loss append their
   // router's statistics here (may be null: then nothing is recorded).
   std::vector<RouterStatistics>* router_statistics = nullptr;
@@ -65,6 +70,19 @@ class Layer : public torch::nn::Module {
   const std::string& hf_prefix() const { return hf_prefix_; }
   // (HF name, tensor) of this layer's own parameters, in registration order.
   std::vector<std::pair<std::string, at::Tensor>> hf_parameters() const;
+
+  // Mixture-of-experts layers: how many experts, and which parameter belongs to which, so that
+  // under expert parallelism the engine partitions each expert's parameters only across the
+  // ranks that compute it, and gathers only this rank's experts (their parameters' data is
+  // bound, the others' left empty). 0 / kSharedParameter: an ordinary layer.
+  static constexpr int64_t kSharedParameter = -1;  // not an expert's (attention, router, norms)
+  static constexpr int64_t kStackedExperts = -2;   // a tensor whose first dimension indexes the
+                                                   // experts (GPT-OSS's experts.gate_up_proj): bound
+                                                   // to this rank's rows of it
+  virtual int64_t expert_count() const { return 0; }
+  // kSharedParameter, kStackedExperts, or e >= 0 for a parameter of expert e alone
+  // (Qwen3-MoE's experts.<e>.gate_proj.weight). `hf_name` as hf_parameters() names it.
+  virtual int64_t expert_of(const std::string& hf_name) const { return kSharedParameter; }
 
  private:
   std::string hf_prefix_;
