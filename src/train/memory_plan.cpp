@@ -81,6 +81,12 @@ ModelSize model_size_from_config(const std::string& model_dir) {
   m.parameters = static_cast<int64_t>(parameters);
   m.active_parameters = static_cast<int64_t>(experts > 0 ? embedding + layers * block_moe_active + head : parameters);
   m.largest_layer = static_cast<int64_t>(std::max({embedding, block, head}));
+  m.embedding_parameters = static_cast<int64_t>(embedding);
+  m.head_parameters = static_cast<int64_t>(head);
+  m.block_parameters = static_cast<int64_t>(block);
+  m.block_expert_parameters = static_cast<int64_t>(experts > 0 ? experts * 3 * h * expert_width : 0);
+  m.experts = static_cast<int64_t>(experts);
+  m.top_k = static_cast<int64_t>(experts > 0 ? top_k : 0);
   return m;
 }
 
@@ -89,16 +95,30 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.ranks = ranks;
   p.on_gpu = on_gpu;
   const double n = static_cast<double>(m.parameters) / ranks;
-  const double largest = static_cast<double>(m.largest_layer);
+  // Expert parallelism (zero/expert_parallel.hpp) leaves each rank's shard as it is (its experts
+  // over fewer ranks) but gathers a MoE block with its own experts only.
+  const int64_t ep = cfg.moe.expert_parallel_size;
+  p.expert_parallel = m.experts > 0 && ep > 1 && m.experts % ep == 0 && ranks % ep == 0 ? ep : 1;
+  const double block_gathered =
+      static_cast<double>(m.block_parameters) -
+      static_cast<double>(m.block_expert_parameters) * (1.0 - 1.0 / static_cast<double>(p.expert_parallel));
+  const double largest = static_cast<double>(m.largest_layer);  // as set-up materialises it
+  const double largest_gathered = m.block_parameters > 0 ? std::max({static_cast<double>(m.embedding_parameters),
+                                                                     static_cast<double>(m.head_parameters),
+                                                                     block_gathered})
+                                                         : largest;
   const double compute_bytes = cfg.precision.bf16 ? 2 : 4;
+  p.largest_layer_bytes = compute_bytes * largest_gathered;
+  p.largest_layer_bytes_without_expert_parallel = compute_bytes * largest;
   const bool nvme = cfg.offload.device == config::OffloadDevice::nvme;
   const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu || nvme;
   const double cpu_share = offloaded ? cfg.offload.ratio : 0.0;
   p.device_parameter_bytes = compute_bytes * n;
   p.device_gradient_bytes = 4 * n * (1 - cpu_share);
   // Gathered: the running layer plus what prefetch may hold, within stage3_max_live_parameters.
-  const double live = std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), 2.0 * largest);
-  p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest);
+  const double live =
+      std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), 2.0 * largest_gathered);
+  p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest_gathered);
   // Backward of a layer leaves its parameters' gradients (compute dtype); the reducer keeps at
   // most two chunks of fp32 send buffers (a bucket each) and staging buffers (a bucket / ranks
   // each) in flight (zero/gradient_reducer.hpp).
@@ -109,7 +129,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double in_flight = ranks > 1 ? std::min(2 * bucket * (1 + 1.0 / ranks), total)
                                      : std::min(2 * std::min(bucket, static_cast<double>(zero::GradientReducer::kOneRankChunk)),
                                                 total * cpu_share);
-  p.device_reduce_bytes = compute_bytes * largest + 4 * in_flight;
+  p.device_reduce_bytes = compute_bytes * largest_gathered + 4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
   // A rank's tokens: under sequence parallelism its shard of each row. Attention's exchange
   // turns them into the whole row for 1/P of the heads, the same bytes, within the working set.
@@ -132,6 +152,21 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
     // being copied out (forward), or the one taken and the one fetched ahead (backward).
     p.host_activation_bytes = per_layer_saved * static_cast<double>(m.layers);
     p.device_activation_bytes = 2 * per_layer_saved + working;
+  }
+  // What a rank moves per micro-batch: every layer gathered twice (forward; backward's recompute
+  // and backward share one gather), and under expert parallelism each routed hidden state that
+  // leaves the rank, there and back, in forward, recompute and backward.
+  if (ranks > 1) {
+    const double layers = static_cast<double>(m.layers);
+    const double outer = static_cast<double>(m.embedding_parameters + m.head_parameters);
+    p.gathered_bytes_per_micro_batch = 2 * compute_bytes * (outer + layers * block_gathered);
+    p.gathered_bytes_without_expert_parallel =
+        2 * compute_bytes * (outer + layers * static_cast<double>(m.block_parameters));
+  }
+  if (p.expert_parallel > 1) {
+    const double leaving = 1.0 - 1.0 / static_cast<double>(p.expert_parallel);
+    p.all_to_all_bytes_per_micro_batch = tokens * static_cast<double>(m.top_k) * h * compute_bytes * 2 * 3 *
+                                         static_cast<double>(m.layers) * leaving;
   }
   // The head's loss chunk (zero::EngineOptions::loss_chunk_tokens): fp32 logits and gradient.
   p.device_logits_bytes = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
@@ -263,6 +298,17 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
           << static_cast<int64_t>(p.rank_tokens) << " tokens of a micro-batch (its shard of every row); activations "
           << "count these";
     lines.push_back(shard.str());
+  }
+  if (p.expert_parallel > 1) {
+    std::ostringstream experts;
+    experts << "expert parallelism: groups of " << p.expert_parallel << " ranks, each computing "
+            << m.experts / p.expert_parallel << " of the " << m.experts << " experts of every MoE layer; per rank and "
+            << "micro-batch it gathers " << gib(p.gathered_bytes_per_micro_batch) << " of parameters ("
+            << gib(p.gathered_bytes_without_expert_parallel) << " without), and sends "
+            << gib(p.all_to_all_bytes_per_micro_batch) << " of routed hidden states by all-to-all; largest gathered "
+            << "layer " << gib(p.largest_layer_bytes) << " (" << gib(p.largest_layer_bytes_without_expert_parallel)
+            << " without)";
+    lines.push_back(experts.str());
   }
   if (p.mlp_tile_tokens > 0) {
     lines.push_back("MLP tiles: " + std::to_string(p.mlp_tile_tokens) +

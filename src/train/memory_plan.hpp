@@ -23,6 +23,10 @@ struct ModelSize {
   int64_t active_parameters = 0;  // per token (MoE: routed top-k)
   int64_t largest_layer = 0;      // parameters of the largest layer (embedding, block or head)
   int64_t layers = 0, hidden = 0, intermediate = 0, vocab = 0;
+  // The layers apart: embedding, head, one decoder block, and of a MoE block its experts'
+  // parameters (all experts; 0 for dense models) and how many a token uses.
+  int64_t embedding_parameters = 0, head_parameters = 0, block_parameters = 0;
+  int64_t block_expert_parameters = 0, experts = 0, top_k = 0;
 };
 
 // Parameter counts of a decoder (Llama-like, MoE or GPT-2) from its HF config.json.
@@ -55,6 +59,14 @@ struct MemoryPlan {
   // shard of each row): every activation term above counts these.
   int64_t sequence_parallel = 1;
   double rank_tokens = 0;
+  // [moe] expert_parallel_size as it applies (1 for dense models), and what a rank moves per
+  // micro-batch: parameters all-gathered (forward, and backward's recompute; with and without
+  // expert parallelism) and routed hidden states sent to other ranks by all-to-all (there and
+  // back, in forward, recompute and backward).
+  int64_t expert_parallel = 1;
+  double gathered_bytes_per_micro_batch = 0, gathered_bytes_without_expert_parallel = 0;
+  double largest_layer_bytes = 0, largest_layer_bytes_without_expert_parallel = 0;  // gathered, compute dtype
+  double all_to_all_bytes_per_micro_batch = 0;
   // The process before the run allocates: LibTorch, MPI, HDF5 and the other libraries as they
   // are resident (measured in this process, which has them loaded), plus on GPU runs an
   // estimate of the CUDA runtime's host memory. For the tiny model it is most of the total.

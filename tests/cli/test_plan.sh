@@ -98,6 +98,15 @@ out=$("$SO_BIN" plan $eight --gpus-per-node 4 --set parallel.sequence_parallel_s
       --set training.train_batch_size=0 2>&1) || fail "plan with sequence parallelism: $out"
 expect_contains "$out" "sequence parallelism: groups of 4 ranks, each holding 32768 tokens" "the plan's shard"
 
+# Expert parallelism: Qwen3-30B-A3B on 2 GH200 splits its 128 experts; the gathered bytes and
+# the largest gathered layer shrink, the all-to-all appears.
+moe=configs/reference-models/qwen3-30b-a3b.toml
+out=$("$SO_BIN" plan $moe --gpus-per-node 2 --set moe.expert_parallel_size=2 2>&1) || fail "plan with expert parallelism: $out"
+expect_contains "$out" "expert parallelism: groups of 2 ranks, each computing 64 of the 128 experts" "the plan's experts"
+expect_contains "$out" "gathers 59.7 GiB of parameters (113.7 GiB without)" "gathered bytes per micro-batch"
+expect_contains "$out" "largest gathered layer 0.6 GiB (1.2 GiB without)" "the largest gathered layer"
+expect_contains "$out" "gathered layers 1.2 GiB" "device memory counts the smaller layer"
+
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS
 out=$("$MPIEXEC" -np 2 "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/llama-3.3-70b \
