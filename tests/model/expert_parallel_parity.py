@@ -12,7 +12,8 @@ Cases (--case):
   gpt_oss    GPT-OSS with its aux loss (4 experts stacked in 3-D tensors with biases, sinks)
   resume     Qwen3-MoE: expert_parallel_size 2 for 2 steps, then 4 from its checkpoint to step
              4, against no expert parallelism throughout; and expert parallelism combined with
-             Ulysses sequence parallelism 2 and MLP tiles
+             Ulysses sequence parallelism 2 and MLP tiles; all validate on a held-out share
+             every 2 steps (eval losses compared too)
   refusals   an expert_parallel_size that does not divide the world or the experts: refused at
              start-up with the numbers named
 
@@ -85,6 +86,8 @@ device = "cpu"
         sys.exit(f"{name}: superoffload train failed ({result.returncode}):\n{log[-4000:]}")
     with h5py.File(os.path.join(tmp, name, "metrics.h5"), "r") as f:
         history = {k: np.asarray(f["train"][k][...], dtype=np.float64) for k in ("step", "loss", "grad_norm", "aux_loss")}
+        if "eval" in f and len(f["eval"]["loss"]) > 0:
+            history["eval_loss"] = np.asarray(f["eval"]["loss"][...], dtype=np.float64)
     return history, log
 
 
@@ -114,18 +117,23 @@ def main():
                   "naming the numbers")
             return
 
-        reference, _ = run(args, "ep1", model_dir, data, tmp, 1)
+        # The resume case also validates on a held-out share every 2 steps: evaluation's forwards
+        # exchange tokens too (every rank runs the same number of them).
+        evaluation = (["--set", "data.eval_fraction=0.25", "--set", "training.eval_every_steps=2"]
+                      if args.case == "resume" else [])
+        reference, _ = run(args, "ep1", model_dir, data, tmp, 1, evaluation)
         print(f"{args.case}: no expert parallelism, loss by step {['%.6f' % v for v in reference['loss']]}, "
               f"aux {['%.6f' % v for v in reference['aux_loss']]}")
         ref_weights = weights(args, tmp, "ep1")
         if args.case == "resume":
-            run(args, "resumed", model_dir, data, tmp, 2, steps=2)
-            second, log = run(args, "resumed", model_dir, data, tmp, 4)
+            run(args, "resumed", model_dir, data, tmp, 2, evaluation, steps=2)
+            second, log = run(args, "resumed", model_dir, data, tmp, 4, evaluation)
             assert "resumed from" in log and "expert parallelism: 1 group(s) of 4" in log, log[-3000:]
             assert list(second["step"]) == [1, 2, 3, 4], second["step"]
             compare("resume: EP 2 for steps 1-2, EP 4 for 3-4 vs none", reference, second, failures,
                     ref_weights, weights(args, tmp, "resumed"))
-            combined, log = run(args, "with_sp", model_dir, data, tmp, 2, ["--set", "model.tile_tokens=16"], sp=2)
+            combined, log = run(args, "with_sp", model_dir, data, tmp, 2, ["--set", "model.tile_tokens=16", *evaluation],
+                                sp=2)
             assert "sequence parallelism (Ulysses)" in log and "MLP tiles: 16 tokens" in log, log[-3000:]
             # Sequence parallelism cuts the batch differently (2 replicas x 2 accumulation steps):
             # the same samples per step, so the same losses to round-off.
