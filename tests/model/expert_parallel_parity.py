@@ -11,9 +11,9 @@ Cases (--case):
   mixtral    Mixtral with its aux loss (4 experts, w1/w3/w2)
   gpt_oss    GPT-OSS with its aux loss (4 experts stacked in 3-D tensors with biases, sinks)
   resume     Qwen3-MoE: expert_parallel_size 2 for 2 steps, then 4 from its checkpoint to step
-             4, against no expert parallelism throughout; and expert parallelism combined with
-             Ulysses sequence parallelism 2 and MLP tiles; all validate on a held-out share
-             every 2 steps (eval losses compared too)
+             4, and from 4 ranks to 2 at EP 2, against no expert parallelism throughout; and
+             expert parallelism combined with Ulysses sequence parallelism 2 and MLP tiles; all
+             validate on a held-out share every 2 steps (eval losses compared too)
   refusals   an expert_parallel_size that does not divide the world or the experts: refused at
              start-up with the numbers named
 
@@ -37,7 +37,7 @@ hf_parity.ARCHITECTURES["mixtral_ep"] = (
     dict(num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02))
 
 
-def run(args, name, model_dir, data, tmp, ep, extra=(), expect_ok=True, steps=STEPS, sp=1):
+def run(args, name, model_dir, data, tmp, ep, extra=(), expect_ok=True, steps=STEPS, sp=1, world=WORLD):
     config = os.path.join(tmp, f"{name}.toml")
     with open(config, "w") as f:
         f.write(f"""
@@ -77,7 +77,7 @@ device = "cpu"
     import h5py
     import numpy as np
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [args.mpiexec, "-np", str(WORLD), "--oversubscribe", args.bin, "train", config, *extra]
+    command = [args.mpiexec, "-np", str(world), "--oversubscribe", args.bin, "train", config, *extra]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     log = result.stdout + result.stderr
     if not expect_ok:
@@ -132,6 +132,13 @@ def main():
             assert list(second["step"]) == [1, 2, 3, 4], second["step"]
             compare("resume: EP 2 for steps 1-2, EP 4 for 3-4 vs none", reference, second, failures,
                     ref_weights, weights(args, tmp, "resumed"))
+            # And at another world size: EP 2 on 4 ranks, then EP 2 on 2 (the same 8 samples a
+            # step, cut into 2 accumulation steps).
+            run(args, "two_ranks", model_dir, data, tmp, 2, evaluation, steps=2)
+            third, log = run(args, "two_ranks", model_dir, data, tmp, 2, evaluation, world=2)
+            assert "resumed from" in log and "(resharded)" in log, log[-3000:]
+            compare("resume: EP 2 on 4 ranks for steps 1-2, on 2 ranks for 3-4 vs none", reference, third, failures,
+                    ref_weights, weights(args, tmp, "two_ranks"))
             combined, log = run(args, "with_sp", model_dir, data, tmp, 2, ["--set", "model.tile_tokens=16", *evaluation],
                                 sp=2)
             assert "sequence parallelism (Ulysses)" in log and "MLP tiles: 16 tokens" in log, log[-3000:]
