@@ -3,6 +3,7 @@
 
 #include "base/build_config.hpp"
 #include "base/error.hpp"
+#include "cluster/check_mpi.hpp"
 #include "comm/mpi_communicator.hpp"
 
 #if SUPEROFFLOAD_WITH_CUDA
@@ -31,6 +32,21 @@ std::unique_ptr<comm::Communicator> make_communicator(config::CommBackend backen
 #else
   SO_FAIL("this superoffload was built without the CUDA/NCCL path" << hint("rebuild with -DSUPEROFFLOAD_CUDA=ON"));
 #endif
+}
+
+std::unique_ptr<comm::Communicator> make_split_communicator(config::CommBackend backend, at::Device device,
+                                                            MPI_Comm world, int color, int key) {
+  MPI_Comm split = MPI_COMM_NULL;
+  SO_CHECK_MPI(MPI_Comm_split(world, color, key, &split));
+  std::unique_ptr<comm::Communicator> made;
+  try {
+    made = make_communicator(backend, device, split);  // duplicates `split`
+  } catch (...) {
+    MPI_Comm_free(&split);
+    throw;
+  }
+  SO_CHECK_MPI(MPI_Comm_free(&split));
+  return made;
 }
 
 }  // namespace superoffload::zero

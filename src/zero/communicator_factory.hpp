@@ -17,4 +17,9 @@ namespace superoffload::zero {
 // Throws with a hint when the combination cannot work.
 std::unique_ptr<comm::Communicator> make_communicator(config::CommBackend backend, at::Device device, MPI_Comm comm);
 
+// The same over the ranks of `world` that pass the same `color` (MPI_Comm_split, ordered by
+// `key`): the groups of sequence and expert parallelism. Collective over `world`.
+std::unique_ptr<comm::Communicator> make_split_communicator(config::CommBackend backend, at::Device device,
+                                                            MPI_Comm world, int color, int key);
+
 }  // namespace superoffload::zero

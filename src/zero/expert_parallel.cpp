@@ -10,21 +10,6 @@
 namespace superoffload::zero {
 namespace {
 
-std::unique_ptr<comm::Communicator> split_communicator(MPI_Comm world, int color, int key, config::CommBackend backend,
-                                                       at::Device device) {
-  MPI_Comm split = MPI_COMM_NULL;
-  SO_CHECK_MPI(MPI_Comm_split(world, color, key, &split));
-  std::unique_ptr<comm::Communicator> made;
-  try {
-    made = make_communicator(backend, device, split);  // duplicates `split`
-  } catch (...) {
-    MPI_Comm_free(&split);
-    throw;
-  }
-  SO_CHECK_MPI(MPI_Comm_free(&split));
-  return made;
-}
-
 comm::DataType row_type(at::ScalarType type) {
   switch (type) {
     case at::kFloat: return comm::DataType::f32;
@@ -44,8 +29,8 @@ ExpertParallel::ExpertParallel(MPI_Comm world, int size, config::CommBackend bac
   SO_CHECK_MPI(MPI_Comm_size(world, &world_size));
   SO_CHECK(size >= 1 && world_size % size == 0,
            "[moe] expert_parallel_size = " << size << " does not divide the world size " << world_size);
-  group_ = split_communicator(world, world_rank / size, world_rank, backend, device);
-  replicas_ = split_communicator(world, world_rank % size, world_rank, backend, device);
+  group_ = make_split_communicator(backend, device, world, world_rank / size, world_rank);
+  replicas_ = make_split_communicator(backend, device, world, world_rank % size, world_rank);
   SO_CHECK(group_->size() == size && group_->rank() == world_rank % size && replicas_->size() == world_size / size &&
                replicas_->rank() == world_rank / size,
            "expert-parallel groups of rank " << world_rank << ": position " << group_->rank() << " of "

@@ -14,15 +14,7 @@ SequenceParallel::SequenceParallel(MPI_Comm world, int size, config::CommBackend
   SO_CHECK_MPI(MPI_Comm_size(world, &world_size));
   SO_CHECK(size >= 1 && world_size % size == 0,
            "[parallel] sequence_parallel_size = " << size << " does not divide the world size " << world_size);
-  MPI_Comm split = MPI_COMM_NULL;
-  SO_CHECK_MPI(MPI_Comm_split(world, world_rank / size, world_rank, &split));
-  try {
-    group_ = make_communicator(backend, device, split);  // duplicates `split`
-  } catch (...) {
-    MPI_Comm_free(&split);
-    throw;
-  }
-  SO_CHECK_MPI(MPI_Comm_free(&split));
+  group_ = make_split_communicator(backend, device, world, world_rank / size, world_rank);
   SO_CHECK(group_->size() == size && group_->rank() == world_rank % size,
            "sequence-parallel group of rank " << world_rank << ": rank " << group_->rank() << " of " << group_->size()
                                               << ", expected " << world_rank % size << " of " << size);

@@ -27,9 +27,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_parity  # noqa: E402  (the tiny HF models)
+import sequence_parallel_parity  # noqa: E402
 from sequence_parallel_parity import compare, hdf5_rows, weights  # noqa: E402
 
-WORLD, SEQ, STEPS = 4, 64, 4
+WORLD, STEPS = sequence_parallel_parity.WORLD, sequence_parallel_parity.STEPS
 
 # Four experts, so that 2 and 4 ranks split them; the aux loss on in every family.
 hf_parity.ARCHITECTURES["mixtral_ep"] = (
@@ -38,57 +39,9 @@ hf_parity.ARCHITECTURES["mixtral_ep"] = (
 
 
 def run(args, name, model_dir, data, tmp, ep, extra=(), expect_ok=True, steps=STEPS, sp=1, world=WORLD):
-    config = os.path.join(tmp, f"{name}.toml")
-    with open(config, "w") as f:
-        f.write(f"""
-[model]
-path = "{model_dir}"
-init = "pretrained"
-[data]
-path = "{data}"
-format = "hdf5"
-seq_len = {SEQ}
-shuffle = false
-[training]
-output_dir = "{tmp}/{name}"
-train_batch_size = 8
-train_micro_batch_size_per_gpu = 2
-gradient_clipping = 0.5
-max_steps = {steps}
-[optimizer]
-lr = 1e-3
-eps = 1e-6
-weight_decay = 0.1
-[lr_schedule]
-type = "constant"
-warmup_num_steps = 0
-[checkpoint]
-every_steps = 2
-[precision]
-bf16 = false
-[parallel]
-sequence_parallel_size = {sp}
-[moe]
-expert_parallel_size = {ep}
-[runtime]
-device = "cpu"
-""")
-    import subprocess
-    import h5py
-    import numpy as np
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [args.mpiexec, "-np", str(world), "--oversubscribe", args.bin, "train", config, *extra]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    log = result.stdout + result.stderr
-    if not expect_ok:
-        return result.returncode, log
-    if result.returncode != 0:
-        sys.exit(f"{name}: superoffload train failed ({result.returncode}):\n{log[-4000:]}")
-    with h5py.File(os.path.join(tmp, name, "metrics.h5"), "r") as f:
-        history = {k: np.asarray(f["train"][k][...], dtype=np.float64) for k in ("step", "loss", "grad_norm", "aux_loss")}
-        if "eval" in f and len(f["eval"]["loss"]) > 0:
-            history["eval_loss"] = np.asarray(f["eval"]["loss"][...], dtype=np.float64)
-    return history, log
+    """sequence_parallel_parity's run (the same training settings) at expert_parallel_size `ep`."""
+    return sequence_parallel_parity.run(args, name, model_dir, data, tmp, sp,
+                                        ["--set", f"moe.expert_parallel_size={ep}", *extra], expect_ok, steps, world)
 
 
 def main():

@@ -44,7 +44,7 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 LOSS_BOUND, NORM_BOUND, WEIGHT_BOUND = 2e-6, 2e-5, 2e-6
 
 
-def run(args, name, model_dir, data, tmp, sp, extra=(), expect_ok=True, steps=STEPS):
+def run(args, name, model_dir, data, tmp, sp, extra=(), expect_ok=True, steps=STEPS, world=WORLD):
     config = os.path.join(tmp, f"{name}.toml")
     fmt = "hdf5" if data.endswith(".h5") else "alpaca"
     with open(config, "w") as f:
@@ -82,7 +82,7 @@ sequence_parallel_size = {sp}
 device = "cpu"
 """)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [args.mpiexec, "-np", str(WORLD), "--oversubscribe", args.bin, "train", config, *extra]
+    command = [args.mpiexec, "-np", str(world), "--oversubscribe", args.bin, "train", config, *extra]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     log = result.stdout + result.stderr
     if not expect_ok:

@@ -10,6 +10,7 @@
 #include <torch/autograd.h>
 
 #include "comm/mpi_communicator.hpp"
+#include "mpi_ranks.hpp"
 #include "model/blocks/expert_exchange.hpp"
 #include "zero/buffer_cache.hpp"
 #include "zero/expert_parallel.hpp"
@@ -20,17 +21,8 @@ namespace m = so::model;
 
 namespace {
 
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using superoffload::testing::world_rank;
+using superoffload::testing::world_size;
 
 constexpr int64_t kExperts = 4, kHidden = 3;
 

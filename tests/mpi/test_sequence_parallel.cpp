@@ -12,6 +12,7 @@
 #include <torch/autograd.h>
 
 #include "base/error.hpp"
+#include "mpi_ranks.hpp"
 #include "model/blocks/attention.hpp"
 #include "model/blocks/sequence_parallel_attention.hpp"
 #include "zero/sequence_parallel.hpp"
@@ -21,17 +22,8 @@ namespace m = so::model;
 
 namespace {
 
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using superoffload::testing::world_rank;
+using superoffload::testing::world_size;
 
 struct Case {
   int64_t heads, kv_heads, window;
