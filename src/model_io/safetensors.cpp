@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "base/check_sys.hpp"
@@ -238,98 +239,141 @@ const TensorView& SafetensorsCheckpoint::get(const std::string& name) {
   return *view;
 }
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+uint64_t byte_size(const TensorToWrite& t) {
+  uint64_t numel = 1;
+  for (auto d : t.shape) numel *= static_cast<uint64_t>(d);
+  return numel * dtype_size(t.dtype);
+}
+
+}  // namespace
+
+SafetensorsFileWriter::SafetensorsFileWriter(std::filesystem::path path, const std::vector<TensorToWrite>& tensors,
+                                             const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), temporary_(path_.string() + ".tmp"), planned_(tensors) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    uint64_t numel = 1;
-    for (auto d : t.shape) numel *= static_cast<uint64_t>(d);
-    const uint64_t bytes = numel * dtype_size(t.dtype);
+  for (auto& t : planned_) {
+    const uint64_t bytes = byte_size(t);
     header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
+    t.data = nullptr;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  const auto temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  SO_CHECK_SYS(fd, "creating " << temporary);
-  auto write_all = [&](const void* data, size_t size) {
-    const auto* p = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) ::close(fd);
-      SO_CHECK_SYS(n, "writing " << temporary);
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
-  };
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SO_CHECK_SYS(fd_, "creating " << temporary_.string());
   const uint64_t header_size = text.size();
   write_all(&header_size, 8);
   write_all(text.data(), text.size());
-  for (const auto& t : tensors) {
-    uint64_t numel = 1;
-    for (auto d : t.shape) numel *= static_cast<uint64_t>(d);
-    write_all(t.data, numel * dtype_size(t.dtype));
-  }
-  SO_CHECK_SYS(::fsync(fd), "flushing " << temporary);
-  SO_CHECK_SYS(::close(fd), "closing " << temporary);
-  SO_CHECK_SYS(::rename(temporary.c_str(), path.c_str()), "renaming " << temporary << " to " << path.string());
 }
 
-ShardedSafetensorsWriter::ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes)
-    : directory_(std::move(directory)), max_shard_bytes_(std::max<size_t>(1, max_shard_bytes)) {
+SafetensorsFileWriter::~SafetensorsFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  std::error_code ignored;
+  std::filesystem::remove(temporary_, ignored);
+}
+
+void SafetensorsFileWriter::write_all(const void* data, size_t size) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    SO_CHECK_SYS(n, "writing " << temporary_.string());
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void SafetensorsFileWriter::write(const TensorToWrite& tensor) {
+  SO_CHECK(next_ < planned_.size(), path_.string() << ": " << tensor.name << " is one tensor more than planned");
+  const auto& planned = planned_[next_];
+  SO_CHECK(tensor.name == planned.name && tensor.dtype == planned.dtype && tensor.shape == planned.shape,
+           path_.string() << ": " << tensor.name << " comes where " << planned.name
+                          << " was planned, or with another dtype or shape");
+  write_all(tensor.data, byte_size(tensor));
+  ++next_;
+}
+
+void SafetensorsFileWriter::close() {
+  SO_CHECK(complete(), path_.string() << ": closed after " << next_ << " of its " << planned_.size() << " tensors");
+  SO_CHECK_SYS(::fsync(fd_), "flushing " << temporary_.string());
+  const int fd = std::exchange(fd_, -1);
+  SO_CHECK_SYS(::close(fd), "closing " << temporary_.string());
+  SO_CHECK_SYS(::rename(temporary_.c_str(), path_.c_str()),
+               "renaming " << temporary_.string() << " to " << path_.string());
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  SafetensorsFileWriter file(path, tensors, metadata);
+  for (const auto& t : tensors) file.write(t);
+  file.close();
+}
+
+namespace {
+
+std::string shard_name(size_t index, size_t count) {
+  if (count == 1) return "model.safetensors";
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", index + 1, count);
+  return name;
+}
+
+}  // namespace
+
+ShardedSafetensorsWriter::ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes,
+                                                   const std::vector<TensorToWrite>& tensors)
+    : directory_(std::move(directory)) {
   std::filesystem::create_directories(directory_);
+  // HF's rule: a shard takes tensors until the next would pass the limit.
+  const size_t limit = std::max<size_t>(1, max_shard_bytes);
+  size_t in_shard = 0;
+  for (const auto& t : tensors) {
+    const uint64_t bytes = byte_size(t);
+    if (shards_.empty() || (!shards_.back().empty() && in_shard + bytes > limit)) {
+      shards_.emplace_back();
+      in_shard = 0;
+    }
+    shards_.back().push_back(t);
+    in_shard += bytes;
+    total_bytes_ += bytes;
+  }
 }
 
 void ShardedSafetensorsWriter::add(const TensorToWrite& tensor) {
-  uint64_t numel = 1;
-  for (auto d : tensor.shape) numel *= static_cast<uint64_t>(d);
-  const size_t bytes = numel * dtype_size(tensor.dtype);
-  if (!pending_.empty() && pending_bytes_ + bytes > max_shard_bytes_) flush_shard();
-  Pending p{tensor, std::vector<std::byte>(bytes)};
-  std::memcpy(p.bytes.data(), tensor.data, bytes);
-  p.header.data = nullptr;
-  pending_.push_back(std::move(p));
-  pending_bytes_ += bytes;
-  total_bytes_ += bytes;
-}
-
-void ShardedSafetensorsWriter::flush_shard() {
-  if (pending_.empty()) return;
-  std::vector<TensorToWrite> tensors;
-  std::vector<std::string> names;
-  for (auto& p : pending_) {
-    TensorToWrite t = p.header;
-    t.data = p.bytes.data();
-    tensors.push_back(t);
-    names.push_back(t.name);
+  SO_CHECK(shard_ < shards_.size(), directory_.string() << ": " << tensor.name << " was not planned");
+  if (!file_) {
+    // Under a temporary name until every shard is written (its final name says how many).
+    const auto temporary = directory_ / ("shard-" + std::to_string(shard_) + ".partial.safetensors");
+    file_ = std::make_unique<SafetensorsFileWriter>(temporary, shards_[shard_]);
   }
-  const std::string temporary = "shard-" + std::to_string(shards_.size()) + ".partial.safetensors";
-  write_safetensors(directory_ / temporary, tensors);
-  shards_.emplace_back(temporary, std::move(names));
-  pending_.clear();
-  pending_bytes_ = 0;
+  file_->write(tensor);
+  if (file_->complete()) {
+    file_->close();
+    file_.reset();
+    ++shard_;
+  }
 }
 
 void ShardedSafetensorsWriter::finish() {
-  flush_shard();
+  SO_CHECK(shard_ == shards_.size(), directory_.string() << ": finished with " << shard_ << " of "
+                                                         << shards_.size() << " shards written");
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto name = shard_name(i, shards_.size());
+    std::filesystem::rename(directory_ / ("shard-" + std::to_string(i) + ".partial.safetensors"), directory_ / name);
+    for (const auto& tensor : shards_[i]) weight_map[tensor.name] = name;
+  }
+  const auto index_path = directory_ / "model.safetensors.index.json";
   if (shards_.size() == 1) {
-    std::filesystem::rename(directory_ / shards_[0].first, directory_ / "model.safetensors");
-    std::filesystem::remove(directory_ / "model.safetensors.index.json");
+    std::filesystem::remove(index_path);
     return;
   }
-  json weight_map = json::object();
-  char name[64];
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards_.size());
-    std::filesystem::rename(directory_ / shards_[i].first, directory_ / name);
-    for (const auto& tensor : shards_[i].second) weight_map[tensor] = name;
-  }
   json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
-  const auto index_path = directory_ / "model.safetensors.index.json";
   io::write_file_atomically(index_path, index.dump(2) + "\n");
 }
 

@@ -82,28 +82,51 @@ struct TensorToWrite {
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
+// One safetensors file written tensor by tensor, so that no more than the tensor being written
+// need exist in memory: the header (every tensor's name, dtype and shape, known beforehand)
+// goes first, then each tensor's bytes in that order. close() syncs it and gives it its name;
+// until then it lives under a temporary one.
+class SafetensorsFileWriter {
+ public:
+  // `tensors`' data pointers are not read.
+  SafetensorsFileWriter(std::filesystem::path path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+  ~SafetensorsFileWriter();  // without close(): the temporary file is removed
+  SafetensorsFileWriter(const SafetensorsFileWriter&) = delete;
+  SafetensorsFileWriter& operator=(const SafetensorsFileWriter&) = delete;
+  // The next tensor in the header's order (its name, dtype and shape must be the planned ones).
+  void write(const TensorToWrite& tensor);
+  bool complete() const { return next_ == planned_.size(); }
+  void close();
+
+ private:
+  void write_all(const void* data, size_t size);
+  std::filesystem::path path_, temporary_;
+  std::vector<TensorToWrite> planned_;
+  size_t next_ = 0;
+  int fd_ = -1;
+};
+
 // Writes a HF weights directory in shards of at most `max_shard_bytes` (a single tensor
 // larger than that gets a shard of its own): model-0000K-of-0000N.safetensors plus
-// model.safetensors.index.json, or model.safetensors when everything fits in one.
+// model.safetensors.index.json, or model.safetensors when everything fits in one. Every
+// tensor's name, dtype and shape is given up front, so that each shard's header is known
+// before its data: add() writes a tensor's bytes straight to its shard, and nothing is
+// buffered (an export of a model larger than memory holds one tensor at a time).
 class ShardedSafetensorsWriter {
  public:
-  ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes);
-  // Buffers a copy of the tensor; a full shard is written out as soon as it is complete.
+  ShardedSafetensorsWriter(std::filesystem::path directory, size_t max_shard_bytes,
+                           const std::vector<TensorToWrite>& tensors);
+  // The next tensor, in the order given to the constructor.
   void add(const TensorToWrite& tensor);
-  // Writes the last shard, renames the shards to their final names and writes the index.
+  // Renames the shards to their final names and writes the index (every tensor must be added).
   void finish();
 
  private:
-  void flush_shard();
   std::filesystem::path directory_;
-  size_t max_shard_bytes_;
-  struct Pending {
-    TensorToWrite header;
-    std::vector<std::byte> bytes;
-  };
-  std::vector<Pending> pending_;
-  size_t pending_bytes_ = 0;
-  std::vector<std::pair<std::string, std::vector<std::string>>> shards_;  // temp file, tensor names
+  std::vector<std::vector<TensorToWrite>> shards_;  // the plan: each shard's tensors in order
+  size_t shard_ = 0;                                // the shard being written
+  std::unique_ptr<SafetensorsFileWriter> file_;
   size_t total_bytes_ = 0;
 };
 

@@ -65,22 +65,23 @@ ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequ
   SO_CHECK(layers.size() == reader.layers(),
            directory.string() << " has " << reader.layers() << " layers; " << model_dir << " builds " << layers.size());
   model::ExportOptions options{.dtype = request.dtype, .max_shard_bytes = model::parse_byte_size(request.max_shard_size)};
-  options.before_layer = [&](size_t l) {
-    torch::NoGradGuard no_grad;
+  // Tensor by tensor: each is read from the checkpoint into the exporter's buffer just before
+  // it is written (the model's own parameters, allocated but never touched, hold no memory).
+  std::vector<size_t> checked;  // layers whose parameters matched the manifest
+  options.values = [&](size_t l, size_t p, at::Tensor& into) {
     const auto& slots = saved.at("layers").at(l).at("parameters");
-    size_t p = 0;
-    for (auto& [name, tensor] : layers[l]->hf_parameters()) {
-      SO_CHECK(p < slots.size() && slots[p].at("name").get<std::string>() == name &&
-                   slots[p].at("numel").get<int64_t>() == tensor.numel(),
-               directory.string() << ": layer " << l << " does not match " << model_dir << " at parameter " << name);
-      auto values = at::empty({tensor.numel()}, at::kFloat);
-      reader.read(l, "master", slots[p].at("offset").get<int64_t>(), tensor.numel(), values.data_ptr<float>());
-      tensor.detach().copy_(values.view(tensor.sizes()));
-      ++p;
+    if (p == 0) {
+      size_t i = 0;
+      for (const auto& [name, tensor] : layers[l]->hf_parameters()) {
+        SO_CHECK(i < slots.size() && slots[i].at("name").get<std::string>() == name &&
+                     slots[i].at("numel").get<int64_t>() == tensor.numel(),
+                 directory.string() << ": layer " << l << " does not match " << model_dir << " at parameter " << name);
+        ++i;
+      }
+      SO_CHECK(i == slots.size(), directory.string() << ": layer " << l << " has " << slots.size()
+                                                     << " parameters there and " << i << " in " << model_dir);
     }
-  };
-  options.after_layer = [&](size_t l) {
-    for (auto& parameter : layers[l]->parameters()) parameter.set_data(at::empty({0}, parameter.options()));
+    reader.read(l, "master", slots[p].at("offset").get<int64_t>(), into.numel(), into.data_ptr<float>());
   };
   model::export_hf(*loaded.model, model_dir, request.to, options);
   return {.step = reader.step(), .world_size = reader.world_size()};

@@ -83,10 +83,24 @@ TEST_F(Safetensors, RoundTripIsBitwiseIdentical) {
 
 TEST_F(Safetensors, ShardedExportWithIndexReadsBack) {
   std::vector<std::vector<float>> data;
-  m::ShardedSafetensorsWriter writer(dir_ / "hf", /*max_shard_bytes=*/100);
+  std::vector<m::TensorToWrite> plan;
   for (int i = 0; i < 5; ++i) {
     data.emplace_back(10, static_cast<float>(i));  // 40 bytes each: two per shard
-    writer.add({"layer." + std::to_string(i) + ".weight", m::DType::F32, {10}, data.back().data()});
+    plan.push_back({"layer." + std::to_string(i) + ".weight", m::DType::F32, {10}, data.back().data()});
+  }
+  m::ShardedSafetensorsWriter writer(dir_ / "hf", /*max_shard_bytes=*/100, plan);
+  for (const auto& tensor : plan) {
+    writer.add(tensor);
+    data[&tensor - plan.data()].assign(10, -1.0f);  // written at once: the caller's memory is free again
+  }
+  // Out of plan: refused, naming the tensor.
+  m::ShardedSafetensorsWriter other(dir_ / "other", 100, plan);
+  try {
+    other.add(plan[1]);
+    ADD_FAILURE() << "a tensor out of the planned order was written";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("layer.1.weight comes where layer.0.weight was planned"), std::string::npos)
+        << e.what();
   }
   writer.finish();
   EXPECT_TRUE(fs::exists(dir_ / "hf" / "model-00001-of-00003.safetensors"));
@@ -95,7 +109,8 @@ TEST_F(Safetensors, ShardedExportWithIndexReadsBack) {
   EXPECT_EQ(checkpoint.names().size(), 5u);
   for (int i = 0; i < 5; ++i) {
     const auto& view = checkpoint.get("layer." + std::to_string(i) + ".weight");
-    EXPECT_EQ(std::memcmp(view.data, data[static_cast<size_t>(i)].data(), 40), 0);
+    const std::vector<float> expected(10, static_cast<float>(i));  // the values when added
+    EXPECT_EQ(std::memcmp(view.data, expected.data(), 40), 0);
   }
   const auto index = nlohmann::json::parse(read(dir_ / "hf" / "model.safetensors.index.json"));
   EXPECT_EQ(index["metadata"]["total_size"].get<int>(), 200);
