@@ -72,8 +72,10 @@ at::Tensor dispatch_to_experts(const ExpertParallelGroup& group, const at::Tenso
   // Arrived rows are grouped by source rank, each source's by local expert: regroup them by
   // local expert (a stable sort keeps each expert's rows in source order).
   const auto counts = received_per_expert.to(at::kLong);
+  // Its length is known here: given, it costs a GPU no second read of the counts.
+  const int64_t arrived_rows = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
   const auto expert_of_row =
-      at::repeat_interleave(at::arange(local, counts.options()).repeat({p}), counts, /*output_size=*/std::nullopt);
+      at::repeat_interleave(at::arange(local, counts.options()).repeat({p}), counts, /*dim=*/0, arrived_rows);
   const auto [expert, order] = at::sort(expert_of_row, /*stable=*/true, 0, /*descending=*/false);
   LocalExpertRows local_rows;
   local_rows.rows = arrived.index_select(0, order);
