@@ -258,7 +258,11 @@ void inspect_checkpoint(const fs::path& directory, const cluster::MpiWorld& worl
               static_cast<long long>(manifest.at("training").at("sampler_epoch").get<int64_t>()),
               static_cast<long long>(manifest.at("training").at("sampler_batch").get<int64_t>()),
               static_cast<long long>(manifest.at("training").at("skipped_steps").get<int64_t>()));
-  std::printf("  written by  %d rank(s); format %d; git %s\n", manifest.at("world_size").get<int>(),
+  const int64_t experts_split = manifest.value("expert_parallel_size", int64_t{1});
+  std::printf("  written by  %d rank(s)%s; format %d; git %s\n", manifest.at("world_size").get<int>(),
+              experts_split > 1 ? (", experts split " + std::to_string(experts_split) +
+                                   " ways ([moe] expert_parallel_size; any split resumes it)").c_str()
+                                : "",
               manifest.at("format_version").get<int>(), manifest.value("git_revision", "?").c_str());
   std::printf("  model       %s (%s, plugin %s %s)\n", model.value("path", "?").c_str(),
               model.value("architecture", "?").c_str(), model.value("plugin", "?").c_str(),

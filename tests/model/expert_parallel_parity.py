@@ -22,6 +22,7 @@ expert's gradient reduced across the wrong ranks) moves the loss by 1e-3 or more
 steps; a skipped replica reduction leaves the weights of the experts apart by 1e-4 or more."""
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -85,6 +86,8 @@ def main():
             assert list(second["step"]) == [1, 2, 3, 4], second["step"]
             compare("resume: EP 2 for steps 1-2, EP 4 for 3-4 vs none", reference, second, failures,
                     ref_weights, weights(args, tmp, "resumed"))
+            shown = subprocess.run([args.bin, "inspect", os.path.join(tmp, "resumed")], capture_output=True, text=True)
+            assert "experts split 4 ways" in shown.stdout, shown.stdout + shown.stderr
             # And at another world size: EP 2 on 4 ranks, then EP 2 on 2 (the same 8 samples a
             # step, cut into 2 accumulation steps).
             run(args, "two_ranks", model_dir, data, tmp, 2, evaluation, steps=2)
