@@ -2,7 +2,8 @@
 # The host memory plan against the measured peak RSS (#32): every rank's peak resident set
 # (/ranks/host_peak_rss_bytes in metrics.h5, from getrusage) lies within -5% / +20% of the
 # plan's host bytes per rank (file attribute planned_host_bytes) — the tiny model at 1, 2 and 8
-# ranks, and with SO_PLAN_125M=1 (label slow) a ~125M-parameter Llama at 1, 2 and 8 ranks.
+# ranks, a small mixture of experts at 2 ranks without and with expert parallelism, and with
+# SO_PLAN_125M=1 (label slow) a ~125M-parameter Llama at 1, 2 and 8 ranks.
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
@@ -20,6 +21,19 @@ JSON
   models+=("125m:$tmp/m125")
 fi
 off=()
+# check DIR LABEL: the run's plan within -5% / +20% of each rank's peak RSS.
+check() {
+  "$SO_PYTHON" - "$1/metrics.h5" "$2" <<'PY' || off+=("$2")
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+planned = float(f.attrs["planned_host_bytes"])
+rss = f["ranks/host_peak_rss_bytes"][-1]
+ratio = planned / rss
+print(f"{sys.argv[2]}: plan {planned / 2**30:.2f} GiB per rank, peak RSS "
+      f"{rss.min() / 2**30:.2f}-{rss.max() / 2**30:.2f} GiB: plan/RSS {ratio.min():.3f}-{ratio.max():.3f}")
+assert (ratio >= 0.95).all() and (ratio <= 1.20).all(), ratio
+PY
+}
 for entry in "${models[@]}"; do
   name=${entry%%:*} model=${entry#*:}
   for ranks in 1 2 8; do
@@ -28,17 +42,28 @@ for entry in "${models[@]}"; do
       --set data.path="$tmp/corpus.jsonl" --set training.output_dir="$dir" --set training.max_steps=2 \
       --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false > "$dir.log" 2>&1 ||
       fail "$name on $ranks rank(s): $(tail -10 "$dir.log")"
-    "$SO_PYTHON" - "$dir/metrics.h5" "$name" "$ranks" <<'PY' || off+=("$name on $ranks rank(s)")
-import sys, h5py, numpy as np
-f = h5py.File(sys.argv[1], "r")
-planned = float(f.attrs["planned_host_bytes"])
-rss = f["ranks/host_peak_rss_bytes"][-1]
-ratio = planned / rss
-print(f"{sys.argv[2]:>4} on {sys.argv[3]} rank(s): plan {planned / 2**30:.2f} GiB per rank, peak RSS "
-      f"{rss.min() / 2**30:.2f}-{rss.max() / 2**30:.2f} GiB: plan/RSS {ratio.min():.3f}-{ratio.max():.3f}")
-assert (ratio >= 0.95).all() and (ratio <= 1.20).all(), ratio
-PY
+    check "$dir" "$(printf '%4s' "$name") on $ranks rank(s)"
   done
+done
+# A mixture of experts (Qwen3-30B-A3B's shape scaled down: 32 experts, top-4) at 2 ranks, without
+# and with expert parallelism, which gathers a layer's own experts only.
+mkdir -p "$tmp/moe"
+cp configs/models/tiny-llama/tokenizer* "$tmp/moe/"
+"$SO_PYTHON" - configs/models/qwen3-30b-a3b/config.json configs/models/tiny-llama/config.json "$tmp/moe/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(hidden_size=256, moe_intermediate_size=128, intermediate_size=768, num_hidden_layers=4, head_dim=64,
+         num_attention_heads=4, num_key_value_heads=2, vocab_size=json.load(open(sys.argv[2]))["vocab_size"],
+         num_experts=32, num_experts_per_tok=4, max_window_layers=4, max_position_embeddings=1024)
+json.dump(c, open(sys.argv[3], "w"))
+PY
+for ep in 1 2; do
+  dir=$tmp/moe-ep$ep
+  "$MPIEXEC" -np 2 --oversubscribe "$SO_BIN" train configs/tiny.toml --set model.path="$tmp/moe" \
+    --set data.path="$tmp/corpus.jsonl" --set training.output_dir="$dir" --set training.max_steps=2 \
+    --set moe.expert_parallel_size=$ep --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false \
+    > "$dir.log" 2>&1 || fail "MoE at expert_parallel_size $ep: $(tail -10 "$dir.log")"
+  check "$dir" " MoE on 2 rank(s), expert_parallel_size $ep"
 done
 ((${#off[@]} == 0)) || fail "the plan is not within -5% / +20% of the peak RSS: ${off[*]}"
 echo "memory plan: within -5% / +20% of every rank's peak RSS"
