@@ -94,6 +94,13 @@ std::vector<std::array<int64_t, 3>> canonical_ranges(const zero::PartitionedLaye
 
 }  // namespace
 
+int64_t TrainingCheckpoints::experts_split() const {
+  for (const auto& layer : engine_.layers()) {
+    if (layer.regions().size() > 1) return config_.moe.expert_parallel_size;
+  }
+  return 1;
+}
+
 const nlohmann::json& TrainingCheckpoints::placement() {
   if (placement_known_) return placement_;
   placement_known_ = true;
@@ -189,8 +196,9 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
                           {"seed", config_.training.seed}};
   manifest["evaluation"] = EvalTracker::to_json(position.evaluation);
   manifest["precision"] = config_.precision.bf16 ? "bf16" : "fp32";
-  // Where experts live is in each layer's placement; this says how they were split.
-  manifest["expert_parallel_size"] = config_.moe.expert_parallel_size;
+  // Where experts live is in each layer's placement; this says how they were split (1 where
+  // nothing was: a dense model ignores the setting).
+  manifest["expert_parallel_size"] = experts_split();
   std::error_code no_size;
   const auto data_bytes = fs::file_size(config_.data.path, no_size);
   manifest["data"] = {{"path", config_.data.path}, {"bytes", no_size ? -1 : static_cast<int64_t>(data_bytes)}};
@@ -526,7 +534,7 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
   // Per-rank state belongs to a rank of the same layout; at another world size (or another
   // split of the experts) it starts afresh.
   if (reader.world_size() == world_.size() &&
-      reader.manifest().value("expert_parallel_size", int64_t{1}) == config_.moe.expert_parallel_size) {
+      reader.manifest().value("expert_parallel_size", int64_t{1}) == experts_split()) {
     set_cpu_rng_state(reader.rank_blob(rank, "rng_state"));
     const auto optimizer_state = reader.rank_blob(rank, "optimizer_state");
     try {

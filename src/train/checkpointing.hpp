@@ -87,6 +87,8 @@ class TrainingCheckpoints {
   // length], ...]), for readers at any world and expert-parallel size. Null without it
   // (rank k holds [k·shard, (k+1)·shard), the reader's default).
   const nlohmann::json& placement();
+  // [moe] expert_parallel_size as this run's layers are partitioned (1 for a dense model).
+  int64_t experts_split() const;
   nlohmann::json placement_;
   bool placement_known_ = false;
   const config::Config& config_;
