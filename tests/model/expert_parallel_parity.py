@@ -15,7 +15,7 @@ Cases (--case):
              expert parallelism combined with Ulysses sequence parallelism 2 and MLP tiles; all
              validate on a held-out share every 2 steps (eval losses compared too)
   refusals   an expert_parallel_size that does not divide the world or the experts: refused at
-             start-up with the numbers named
+             start-up with the numbers named; a dense model ignores it with a warning
 
 A wrong exchange (a pair sent to another expert's rank, outputs back in the wrong order, an
 expert's gradient reduced across the wrong ranks) moves the loss by 1e-3 or more within two
@@ -67,8 +67,13 @@ def main():
             rc, log = run(args, "refused_experts", model_dir, data, tmp, 4, expect_ok=False)
             assert rc != 0 and "6 experts, which do not divide among 4 expert-parallel ranks" in log, log[-3000:]
             assert "signal" not in log.lower().replace("stop_signal", ""), log[-3000:]
+            # A dense model trains, ignoring the setting, and says so.
+            dense_dir = os.path.join(tmp, "dense")
+            hf_parity.build("llama", dense_dir)
+            history, log = run(args, "dense", dense_dir, data, tmp, 2, steps=1)
+            assert "expert_parallel_size = 2 is ignored: the model has no mixture-of-experts layer" in log, log[-3000:]
             print("refusals: expert_parallel_size that does not divide the world or the experts is refused, "
-                  "naming the numbers")
+                  "naming the numbers; a dense model ignores it with a warning")
             return
 
         # The resume case also validates on a held-out share every 2 steps: evaluation's forwards
