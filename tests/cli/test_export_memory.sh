@@ -3,7 +3,7 @@
 # fixed part (the program, LibTorch, the model's structure) stays below twice the largest
 # tensor, however large the model. A 101M-parameter Llama of 32 layers (406 MB of fp32 weights,
 # largest tensor 2.8 MB) against the tiny demo model (9.4M): their exports' peak RSS, measured by
-# /usr/bin/time, may differ by at most 2 × 2.8 MB plus 48 MB of allocator noise (measured: 3.5
+# getrusage, may differ by at most 2 × 2.8 MB plus 48 MB of allocator noise (measured: 3.5
 # MiB). An export that buffered a shard (as it did) or a layer at a time (as the checkpoint fill
 # did) holds 200 MB (bf16) or more of it, and one that allocated a buffer per tensor held 126
 # MiB (freed pages kept by glibc's heap among the model's untouched parameters): both fail. Weights larger than this machine's memory are not tried: their
@@ -27,8 +27,14 @@ for model in tiny big; do
   "$SO_BIN" train configs/tiny.toml --set model.path="$path" --set data.path="$tmp/corpus.jsonl" \
     --set data.seq_len=32 --set training.max_steps=1 --set training.output_dir="$tmp/$model" \
     > "$tmp/$model.log" 2>&1 || fail "training the $model model: $(tail -20 "$tmp/$model.log")"
-  /usr/bin/time -f "%M" -o "$tmp/$model.rss" "$SO_BIN" export "$tmp/$model" --to "$tmp/${model}_hf" --dtype bf16 \
-    --max-shard-size 100MB > "$tmp/${model}_export.log" 2>&1 || fail "export of $model: $(tail -20 "$tmp/${model}_export.log")"
+  # The export's peak RSS in KiB (getrusage of the child: no package beyond the project's Python).
+  "$SO_PYTHON" - "$tmp/$model.rss" "$SO_BIN" export "$tmp/$model" --to "$tmp/${model}_hf" --dtype bf16 \
+    --max-shard-size 100MB > "$tmp/${model}_export.log" 2>&1 <<'PY' || fail "export of $model: $(tail -20 "$tmp/${model}_export.log")"
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n")
+sys.exit(code)
+PY
 done
 tiny_kib=$(tail -1 "$tmp/tiny.rss") big_kib=$(tail -1 "$tmp/big.rss")
 [[ -f $tmp/big_hf/model-00003-of-00003.safetensors ]] || fail "the big export is not in 3 shards of 100 MB: $(ls "$tmp/big_hf")"
