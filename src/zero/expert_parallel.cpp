@@ -6,23 +6,9 @@
 #include "base/error.hpp"
 #include "cluster/check_mpi.hpp"
 #include "zero/communicator_factory.hpp"
+#include "zero/partitioned_layer.hpp"
 
 namespace superoffload::zero {
-namespace {
-
-comm::DataType row_type(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: return comm::DataType::f32;
-    case at::kBFloat16: return comm::DataType::bf16;
-    case at::kHalf: return comm::DataType::f16;
-    case at::kLong: return comm::DataType::i64;
-    case at::kInt: return comm::DataType::i32;
-    default: SO_FAIL("expert-parallel exchange: no collective data type for " << c10::toString(type));
-  }
-}
-
-}  // namespace
-
 ExpertParallel::ExpertParallel(MPI_Comm world, int size, config::CommBackend backend, at::Device device) {
   int world_rank = 0, world_size = 0;
   SO_CHECK_MPI(MPI_Comm_rank(world, &world_rank));
@@ -63,7 +49,7 @@ at::Tensor ExpertParallel::exchange_rows(const at::Tensor& send, const std::vect
   }
   SO_CHECK(sent == static_cast<size_t>(send.numel()),
            "exchange_rows: the send counts cover " << sent << " of " << send.numel() << " elements");
-  group_->all_to_all(send.data_ptr(), sc, so, recv.data_ptr(), rc, ro, row_type(send.scalar_type()))->wait();
+  group_->all_to_all(send.data_ptr(), sc, so, recv.data_ptr(), rc, ro, comm_type(send.scalar_type()))->wait();
   return recv;
 }
 

@@ -16,6 +16,8 @@ comm::DataType comm_type(at::ScalarType type) {
     case at::kFloat: return comm::DataType::f32;
     case at::kBFloat16: return comm::DataType::bf16;
     case at::kHalf: return comm::DataType::f16;
+    case at::kLong: return comm::DataType::i64;  // expert parallelism's per-expert counts
+    case at::kInt: return comm::DataType::i32;
     default: SO_FAIL("no collective data type for " << c10::toString(type));
   }
 }

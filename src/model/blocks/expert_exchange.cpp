@@ -71,7 +71,7 @@ at::Tensor dispatch_to_experts(const ExpertParallelGroup& group, const at::Tenso
   const auto arrived = exchange_rows(group, rows, send_counts, recv_counts);
   // Arrived rows are grouped by source rank, each source's by local expert: regroup them by
   // local expert (a stable sort keeps each expert's rows in source order).
-  const auto counts = received_per_expert.to(at::kLong);
+  const auto& counts = received_per_expert;  // int64, as per_expert
   // Its length is known here: given, it costs a GPU no second read of the counts.
   const int64_t arrived_rows = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
   const auto expert_of_row =
