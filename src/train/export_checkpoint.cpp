@@ -67,7 +67,6 @@ ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequ
   model::ExportOptions options{.dtype = request.dtype, .max_shard_bytes = model::parse_byte_size(request.max_shard_size)};
   // Tensor by tensor: each is read from the checkpoint into the exporter's buffer just before
   // it is written (the model's own parameters, allocated but never touched, hold no memory).
-  std::vector<size_t> checked;  // layers whose parameters matched the manifest
   options.values = [&](size_t l, size_t p, at::Tensor& into) {
     const auto& slots = saved.at("layers").at(l).at("parameters");
     if (p == 0) {

@@ -209,25 +209,14 @@ std::unique_ptr<zero::SequenceParallel> make_sequence_parallel(const config::Con
 }
 
 // [moe] expert_parallel_size > 1 on a mixture-of-experts model: the groups and their
-// communicators, after checking that every MoE layer's experts divide among them; null
-// otherwise (a dense model ignores the setting, and says so).
+// communicators; null otherwise (a dense model ignores the setting, and says so).
 std::unique_ptr<zero::ExpertParallel> make_expert_parallel(const config::Config& cfg, const model::CausalLM& model,
                                                            const cluster::MpiWorld& world, at::Device device) {
   const int64_t size = cfg.moe.expert_parallel_size;
   if (size <= 1) return nullptr;
+  // Whether the experts divide among the group is checked by the engine, layer by layer.
   int64_t experts = 0;
-  for (const auto& layer : model.layers()) {
-    const int64_t here = layer->expert_count();
-    if (here > 0 && here % size != 0) {
-      throw Error(layer->hf_prefix() + " has " + std::to_string(here) + " experts, which do not divide among " +
-                      std::to_string(size) + " expert-parallel ranks ([moe] expert_parallel_size = " +
-                      std::to_string(size) + ")",
-                  "choose an expert_parallel_size that divides " + std::to_string(here) + " and the world size " +
-                      std::to_string(world.size()),
-                  Error::UserInput{});
-    }
-    experts = std::max(experts, here);
-  }
+  for (const auto& layer : model.layers()) experts = std::max(experts, layer->expert_count());
   if (experts == 0) {
     if (world.rank() == 0) {
       SO_LOG(warning) << "[moe] expert_parallel_size = " << size << " is ignored: the model has no mixture-of-experts layer";
