@@ -38,38 +38,7 @@ esac
 model=$work/model_$shape
 if [[ ! -f $model/model.safetensors.index.json ]]; then
   echo "writing the $shape model to $model ..."
-  "$py" - "$model" $dims <<'PY'
-import json, os, sys, torch
-from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
-out = sys.argv[1]
-hidden, intermediate, layers, heads, kv_heads = map(int, sys.argv[2:7])
-os.makedirs(out, exist_ok=True)
-config = LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                     num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=2048,
-                     tie_word_embeddings=False, torch_dtype="bfloat16")
-config.architectures = ["LlamaForCausalLM"]
-with torch.device("meta"):
-    shapes = {name: p.shape for name, p in LlamaForCausalLM(config).named_parameters()}
-generator = torch.Generator().manual_seed(0)
-shards, current, size, index = [], {}, 0, {}
-for name, shape in shapes.items():
-    t = torch.randn(shape, generator=generator).mul_(0.02).to(torch.bfloat16)
-    if name.endswith("norm.weight"):
-        t = torch.ones(shape, dtype=torch.bfloat16)
-    current[name] = t
-    size += t.numel() * 2
-    if size > 600_000_000:
-        shards.append(current)
-        current, size = {}, 0
-shards.append(current)
-for i, tensors in enumerate(shards):
-    file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-    save_file(tensors, os.path.join(out, file), metadata={"format": "pt"})
-    index.update({name: file for name in tensors})
-json.dump({"metadata": {}, "weight_map": index}, open(os.path.join(out, "model.safetensors.index.json"), "w"))
-config.save_pretrained(out)
-PY
+  "$py" "$root/bench/write_llama.py" "$model" $dims
 fi
 bytes=$(cat "$model"/*.safetensors | wc -c)
 "$root/build/bin/superoffload_demo_corpus" "$work/corpus.jsonl" --tokens 20000 > /dev/null

@@ -12,6 +12,7 @@
 #include "cluster/mpi_world.hpp"
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
+#include "train/command_memory.hpp"
 
 namespace superoffload::app {
 
@@ -72,9 +73,22 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                      << tokenizer_path << " on " << world.size() << " rank(s)";
       }
       data::PrepareStats stats;
-      const auto arrays = data::prepare_records(data, data::record_format(format), *tokenizer, world.world(), stats,
-                                                data::tokenizer_directory(tokenizer_path));
       const bool rows = format == config::DataFormat::alpaca || format == config::DataFormat::chat;
+      // Every rank gathers every rank's tokens and assembles them: planned and checked once the
+      // counts are known, before those arrays are allocated; set beside the peak at the end.
+      train::CommandMemory plan;
+      const auto check_plan = [&](const data::PrepareStats& counts) {
+        plan = train::plan_prepare_memory({.local_tokens = counts.local_tokens,
+                                           .local_records = counts.local_records,
+                                           .tokens = counts.tokens,
+                                           .records = counts.records,
+                                           .with_mask = format != config::DataFormat::jsonl,
+                                           .row_length = rows ? data.seq_len + 1 : 0,
+                                           .packing = data.packing});
+        train::check_command_memory(plan, world.local_size());
+      };
+      const auto arrays = data::prepare_records(data, data::record_format(format), *tokenizer, world.world(), stats,
+                                                data::tokenizer_directory(tokenizer_path), check_plan);
       if (world.rank() == 0) {
         data::write_token_file(options->output, arrays,
                                {{"source", data.path},
@@ -89,6 +103,7 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
                                     " dropped, " + std::to_string(stats.skipped) + " skipped)"
                               : std::string())
                      << " in " << base::now_s() - start_s << " s";
+        train::log_command_memory(plan);
         show_samples(arrays, *tokenizer, options->show);
       }
       return 0;

@@ -92,7 +92,8 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
 }
 
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
-                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir) {
+                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir,
+                            const std::function<void(const PrepareStats&)>& before_gather) {
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
@@ -130,6 +131,13 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   if (rank == 0 && stats.skipped > 0) {
     SO_LOG(warning) << data.path << ": " << stats.skipped << " chat record(s) skipped, not trained on; the first: "
                     << stats.first_skip;
+  }
+  stats.local_records = static_cast<int64_t>(local.lengths.size());
+  stats.local_tokens = static_cast<int64_t>(local.tokens.size());
+  if (before_gather) {
+    SO_CHECK_MPI(MPI_Allreduce(&stats.local_records, &stats.records, 1, MPI_INT64_T, MPI_SUM, comm));
+    SO_CHECK_MPI(MPI_Allreduce(&stats.local_tokens, &stats.tokens, 1, MPI_INT64_T, MPI_SUM, comm));
+    before_gather(stats);
   }
   GatheredRecords all;
   all.lengths = all_gather(local.lengths, MPI_INT64_T, comm, "records");

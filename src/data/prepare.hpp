@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "config/config.hpp"
@@ -25,6 +26,7 @@ struct PrepareStats {
   int64_t skipped = 0;    // chat records the template refuses or whose assistant tokens cannot be told apart
   std::string first_skip; // why the first one was skipped
   int64_t rows = 0;
+  int64_t local_records = 0, local_tokens = 0;  // this rank's share, before the gather
 };
 
 // Tokenized records of all ranks, concatenated in file order.
@@ -43,7 +45,11 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
 
 // The whole pipeline on every rank of `comm` (collective). Logs progress on rank 0.
 // `template_dir`: where chat records find the model's chat template (the tokenizer's directory).
+// `before_gather` (if set) runs on every rank once each has tokenized its share, with the
+// records and tokens of this rank and of all (`stats`), before anything is gathered: where
+// `prepare` plans and checks the memory the gathered arrays will take.
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
-                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir = {});
+                            MPI_Comm comm, PrepareStats& stats, const std::string& template_dir = {},
+                            const std::function<void(const PrepareStats&)>& before_gather = nullptr);
 
 }  // namespace superoffload::data

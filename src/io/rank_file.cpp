@@ -279,14 +279,16 @@ void RankFileReader::read(const std::string& dataset, uint64_t begin, uint64_t c
   auto bytes_of = [&](uint64_t from_block, uint64_t to_block) {
     return std::min(to_block * l.block_bytes, l.extent.bytes) - from_block * l.block_bytes;
   };
-  const int threads = std::clamp(threads_, 1, 16);
+  const int threads = std::clamp(threads_, 1, kMaxReadThreads);
   if (cached_) {
     // From the page cache: the blocks are copied out of a mapping of the file and checksummed
     // in the same pass (crc32c_copy), a share of them per thread, each share mapped a window
-    // of at most 256 MiB at a time (a mapping's page tables cost 0.2% of what it maps). A
+    // of at most kReadWindowBytes at a time: a mapped page counts in the process's resident set
+    // until it is unmapped (windows of 256 MiB put up to 16 × 256 MiB of file pages in a rank's
+    // peak RSS, which no plan counted), and a mapping's page tables cost 0.2% of what it maps. A
     // window the kernel will not map, or whose pages fail under the copy (the file truncated,
     // a page evicted and then unreadable), is read again with pread, which names the failure.
-    const uint64_t window_blocks = std::max<uint64_t>(1, (uint64_t{256} << 20) / l.block_bytes);
+    const uint64_t window_blocks = std::max<uint64_t>(1, kReadWindowBytes / l.block_bytes);
     const uint64_t shares = std::min<uint64_t>(static_cast<uint64_t>(threads), inner);
     std::vector<std::exception_ptr> errors(shares);
     auto share = [&](uint64_t k) {

@@ -55,6 +55,10 @@ WrittenFile write_rank_file(const std::filesystem::path& path, const std::vector
 
 class RankFileReader {
  public:
+  // The largest piece of the file one thread of a read from the page cache maps at a time (its
+  // pages count in the resident set while mapped): a read holds at most min(threads, 16) of them.
+  static constexpr uint64_t kReadWindowBytes = uint64_t{32} << 20;
+  static constexpr int kMaxReadThreads = 16;
   // `threads`: how many threads a read from the page cache may use (each copies and checks a
   // share of the blocks); a read from the drive is one stream, with one thread checking behind.
   explicit RankFileReader(const std::filesystem::path& path, int threads = 1);

@@ -74,8 +74,11 @@ std::vector<std::pair<std::string, at::Tensor>> Layer::hf_parameters() const {
 
 LossSum HeadLayer::chunked_loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens,
                                 const BatchContext& context, const std::function<void(const at::Tensor&)>& each) {
-  const int64_t seq = hidden.size(1);
-  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : seq;
+  const int64_t batch = hidden.size(0), seq = hidden.size(1);
+  // Positions of every row per chunk, so that a chunk's logits are chunk_tokens × vocab whatever
+  // the micro-batch (the memory plan counts that): chunks of chunk_tokens positions made the
+  // logits micro-batch times larger (4 × 1024 × 128k × fp32 = 2 GiB for a Llama-3 at micro-batch 4).
+  const int64_t chunk = chunk_tokens > 0 ? std::max<int64_t>(1, chunk_tokens / std::max<int64_t>(1, batch)) : seq;
   // Counted on the device and not read here: on a GPU a read would make the host wait for the
   // forward before it queues the head (the caller reads it with the loss, at the end).
   LossSum total{at::zeros({}, hidden.options().dtype(at::kFloat)), labels.ne(kIgnoreLabel).sum()};

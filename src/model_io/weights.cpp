@@ -160,14 +160,24 @@ void check_shape(const std::string& name, const at::Tensor& stored, const at::Te
               "check that config.json belongs to these weights", Error::UserInput{});
 }
 
-// Asks the kernel to read `length` bytes from `data` (inside a file mapping) ahead of use.
-void advise_will_need(const std::byte* data, size_t length) {
+// madvise over the pages holding `length` bytes from `data` (inside a file mapping). Advice
+// only: a failure costs speed or memory, never correctness.
+void advise(const std::byte* data, size_t length, int advice) {
   if (length == 0) return;
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<uintptr_t>(data) / page * page;
   const auto end = reinterpret_cast<uintptr_t>(data) + length;
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);  // advice only: a failure costs speed
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
 }
+
+// The kernel reads the bytes ahead of use.
+void advise_will_need(const std::byte* data, size_t length) { advise(data, length, MADV_WILLNEED); }
+
+// Drops the bytes (read-only file pages) from this process's resident set once they are read:
+// they stay in the page cache (a later read faults them back from there) but no longer count in
+// the rank's RSS, which the host plan does not count them in — the mapping of a whole model's
+// files would otherwise be resident until the run ends.
+void advise_done(const std::byte* data, size_t length) { advise(data, length, MADV_DONTNEED); }
 
 }  // namespace
 
@@ -259,6 +269,10 @@ size_t load_layer_weights(CausalLM& model, size_t layer_index, SafetensorsCheckp
     parameter.copy_(source);  // converts dtype and device
     // Counted after the conversion: an F32 value beyond F16's range becomes inf here too.
     if (non_finite == NonFiniteWeights::refuse) refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, parameter);
+    for (const auto& read : mxfp4 ? std::vector<std::string>{stored + "_blocks", stored + "_scales"} : std::vector<std::string>{stored}) {
+      const auto& view = mxfp4 ? byte_tensor(checkpoint, read) : float_tensor(checkpoint, read);
+      advise_done(view.data, view.bytes);
+    }
   }
   return bytes;
 }
@@ -303,6 +317,7 @@ size_t load_layer_ranges(CausalLM& model, size_t layer_index, SafetensorsCheckpo
     if (!finite && non_finite == NonFiniteWeights::refuse) {
       refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, into, /*part=*/true);
     }
+    if (!mxfp4) advise_done(static_cast<const std::byte*>(from.data_ptr()), static_cast<size_t>(r.numel) * from.element_size());
   }
   return bytes;
 }

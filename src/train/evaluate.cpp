@@ -8,6 +8,8 @@
 #include "comm/mpi_communicator.hpp"
 #include "io/hdf5_file.hpp"
 #include "model_io/load_model.hpp"
+#include "train/command_memory.hpp"
+#include "train/memory_plan.hpp"
 #include "train/weights_by_shard.hpp"
 #include "zero/engine.hpp"
 
@@ -43,13 +45,24 @@ EvalResult evaluate(const EvalRequest& request) {
     labels.narrow(1, 0, seq - 1).masked_fill_(positions.narrow(1, 1, seq - 1).eq(0), model::kIgnoreLabel);
   }
 
+  // Planned and checked before the engine allocates the model; set beside the peak at the end.
+  const auto shape = loaded.model->shape();
+  EvalShape eval_shape{.parameters = shape.total_parameters, .hidden = shape.hidden_size, .intermediate = 0, .vocab = vocab};
+  try {
+    eval_shape.intermediate = model_size_from_config(request.model).intermediate;
+  } catch (const std::exception&) {  // an architecture the plan's parser does not know: Llama's ratio
+    eval_shape.intermediate = 4 * shape.hidden_size;
+  }
+  constexpr int64_t kLossChunkTokens = 512;
+  const auto plan = plan_eval_memory(eval_shape, batch, seq, kLossChunkTokens, !request.dump_logits.empty());
+  check_command_memory(plan, 1);
   // This process alone: the engine holds the model as one shard and gathers a layer at a time.
   comm::MpiCommunicator self(MPI_COMM_SELF);
   zero::ZeroEngine engine(loaded.model, self,
                           {.compute_dtype = at::kFloat,
                            .activation_checkpointing = false,
                            .persistence_threshold = 0,
-                           .loss_chunk_tokens = 512},
+                           .loss_chunk_tokens = kLossChunkTokens},
                           loaded.fill_ranges ? nullptr : loaded.materialize, shard_filler(loaded));
   const auto total = engine.forward_loss(tokens, labels, positions);
   EvalResult result{.sequences = batch,
@@ -72,6 +85,7 @@ EvalResult evaluate(const EvalRequest& request) {
     const auto mask = labels.ne(model::kIgnoreLabel).to(at::kLong).contiguous();
     out.write_int64("loss_mask", {static_cast<hsize_t>(batch), static_cast<hsize_t>(seq)}, mask.data_ptr<int64_t>());
   }
+  log_command_memory(plan);
   return result;
 }
 

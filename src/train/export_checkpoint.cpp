@@ -11,6 +11,7 @@
 #include "model_io/export_hf.hpp"
 #include "model_io/load_model.hpp"
 #include "model_io/safetensors.hpp"
+#include "train/command_memory.hpp"
 
 namespace superoffload::train {
 
@@ -65,6 +66,12 @@ ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequ
   SO_CHECK(layers.size() == reader.layers(),
            directory.string() << " has " << reader.layers() << " layers; " << model_dir << " builds " << layers.size());
   model::ExportOptions options{.dtype = request.dtype, .max_shard_bytes = model::parse_byte_size(request.max_shard_size)};
+  int64_t largest = 0;
+  for (const auto& layer : layers) {
+    for (const auto& [name, tensor] : layer->hf_parameters()) largest = std::max(largest, tensor.numel());
+  }
+  const auto plan = plan_export_memory(largest, request.dtype == "bf16" ? 2 : 4, cluster::compute_threads());
+  check_command_memory(plan, 1);
   // Tensor by tensor: each is read from the checkpoint into the exporter's buffer just before
   // it is written (the model's own parameters, allocated but never touched, hold no memory).
   options.values = [&](size_t l, size_t p, at::Tensor& into) {
@@ -83,6 +90,7 @@ ExportedCheckpoint export_checkpoint(const fs::path& directory, const ExportRequ
     reader.read(l, "master", slots[p].at("offset").get<int64_t>(), into.numel(), into.data_ptr<float>());
   };
   model::export_hf(*loaded.model, model_dir, request.to, options);
+  log_command_memory(plan);
   return {.step = reader.step(), .world_size = reader.world_size()};
 }
 

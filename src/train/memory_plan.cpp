@@ -99,16 +99,28 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // over fewer ranks) but gathers a MoE block with its own experts only.
   const int64_t ep = cfg.moe.expert_parallel_size;
   p.expert_parallel = m.experts > 0 && ep > 1 && m.experts % ep == 0 && ranks % ep == 0 ? ep : 1;
-  const double block_gathered =
-      static_cast<double>(m.block_parameters) -
-      static_cast<double>(m.block_expert_parameters) * (1.0 - 1.0 / static_cast<double>(p.expert_parallel));
+  // A block as a rank computes it: shared parameters and its own experts.
+  const double experts_all = static_cast<double>(m.block_expert_parameters);
+  const double block_computed =
+      static_cast<double>(m.block_parameters) - experts_all * (1.0 - 1.0 / static_cast<double>(p.expert_parallel));
   const double largest = static_cast<double>(m.largest_layer);  // as set-up materialises it
-  const double largest_gathered = m.block_parameters > 0 ? std::max({static_cast<double>(m.embedding_parameters),
+  const double largest_computed = m.block_parameters > 0 ? std::max({static_cast<double>(m.embedding_parameters),
                                                                      static_cast<double>(m.head_parameters),
-                                                                     block_gathered})
+                                                                     block_computed})
                                                          : largest;
+  // What is gathered into buffers: a region partitioned over one rank runs on views of its shard
+  // (zero::LayerRegion::in_place) — every layer at 1 rank, a layer's experts when each has no
+  // replica (world = expert_parallel_size).
+  const bool shared_gathered = ranks > 1, experts_gathered = ranks / p.expert_parallel > 1;
+  const double block_gathered = (shared_gathered ? static_cast<double>(m.block_parameters) - experts_all : 0.0) +
+                                (experts_gathered ? experts_all / static_cast<double>(p.expert_parallel) : 0.0);
+  const double largest_gathered =
+      !shared_gathered ? block_gathered
+      : m.block_parameters > 0 ? std::max({static_cast<double>(m.embedding_parameters),
+                                           static_cast<double>(m.head_parameters), block_gathered})
+                               : largest;
   const double compute_bytes = cfg.precision.bf16 ? 2 : 4;
-  p.largest_layer_bytes = compute_bytes * largest_gathered;
+  p.largest_layer_bytes = compute_bytes * largest_computed;
   p.largest_layer_bytes_without_expert_parallel = compute_bytes * largest;
   const bool nvme = cfg.offload.device == config::OffloadDevice::nvme;
   const bool offloaded = cfg.offload.device == config::OffloadDevice::cpu || nvme;
@@ -118,7 +130,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // Gathered: the running layer plus what prefetch may hold, within stage3_max_live_parameters.
   const double live =
       std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), 2.0 * largest_gathered);
-  p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest_gathered);
+  p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest_gathered);  // 0 at 1 rank
   // Backward of a layer leaves its parameters' gradients (compute dtype); the reducer keeps at
   // most two chunks of fp32 send buffers (a bucket each) and staging buffers (a bucket / ranks
   // each) in flight (zero/gradient_reducer.hpp).
@@ -129,7 +141,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double in_flight = ranks > 1 ? std::min(2 * bucket * (1 + 1.0 / ranks), total)
                                      : std::min(2 * std::min(bucket, static_cast<double>(zero::GradientReducer::kOneRankChunk)),
                                                 total * cpu_share);
-  p.device_reduce_bytes = compute_bytes * largest_gathered + 4 * in_flight;
+  // A MoE layer's backward also holds the gradient of its experts' weights as the grouped
+  // product sees them, stacked [experts, rows, in], before it is split into each expert's.
+  p.device_reduce_bytes = compute_bytes * (largest_computed + experts_all / static_cast<double>(p.expert_parallel)) +
+                          4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
   // A rank's tokens: under sequence parallelism its shard of each row. Attention's exchange
   // turns them into the whole row for 1/P of the heads, the same bytes, within the working set.
@@ -196,22 +211,17 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   } else {
     p.host_optimizer_bytes += state_bytes;
   }
-  // Set-up materialises one full layer in fp32 before sharding it.
+  // Set-up materialises one full layer in fp32 before sharding it (random initialisation), or a
+  // resume maps the checkpoint's file in windows of at most a layer's shard at a time
+  // (io::RankFileReader::kReadWindowBytes per thread); reading safetensors by shard needs neither.
   p.host_setup_bytes = 4 * largest;
-  // Not yet located (#52): the tiny model's peak RSS at 1 rank settles 20-30 MiB above the
-  // terms above (Sapphire Rapids, glibc 2.36: 627 MiB after step 1, 641 after step 6, against
-  // 612 planned). It is not malloc's per-thread arenas (MALLOC_ARENA_MAX=1 gives 638) nor
-  // LibTorch's lazy kernel set-up (in the baseline now); at 2-8 ranks the communication term
-  // below, calibrated the same way, used to cover it. Until it is found it is this measured
-  // constant, not a term of something known (tests/cli/test_memory_plan_rss.sh).
   const double mib = 1024.0 * 1024;
-  const double unlocated = 24 * mib;
   // Communication buffers appear when ranks first talk, after the baseline was measured: Open
   // MPI's shared-memory transport and the collectives' buffers: with the share above, 55-80 MiB
-  // per rank at 2-8 ranks here (1-2 MiB more per peer; same calibration).
+  // per rank at 2-8 ranks here (1-2 MiB more per peer; measured by tests/cli/test_memory_plan_rss.sh).
   const double communication = ranks > 1 ? 36 * mib + 3 * mib * std::min(ranks - 1, 15) : 0;
   p.host_runtime_bytes =
-      process_baseline_bytes() + unlocated + communication + (on_gpu ? kCudaHostRuntimeBytes : 0);
+      process_baseline_bytes() + kAllocatorSlackBytes + communication + (on_gpu ? kCudaHostRuntimeBytes : 0);
   if (!on_gpu) {  // CPU runs: everything lives in host memory (no CUDA runtime)
     p.device_runtime_bytes = 0;
     p.device_workspace_bytes = 0;  // no cuBLAS; the norm sums host memory in place
@@ -305,9 +315,10 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
             << m.experts / p.expert_parallel << " of the " << m.experts << " experts of every MoE layer; per rank and "
             << "micro-batch it gathers " << gib(p.gathered_bytes_per_micro_batch) << " of parameters ("
             << gib(p.gathered_bytes_without_expert_parallel) << " without), and sends "
-            << gib(p.all_to_all_bytes_per_micro_batch) << " of routed hidden states by all-to-all; largest gathered "
-            << "layer " << gib(p.largest_layer_bytes) << " (" << gib(p.largest_layer_bytes_without_expert_parallel)
-            << " without)";
+            << gib(p.all_to_all_bytes_per_micro_batch) << " of routed hidden states by all-to-all; largest layer "
+            << "a rank computes " << gib(p.largest_layer_bytes) << " (" << gib(p.largest_layer_bytes_without_expert_parallel)
+            << " without)"
+            << (p.ranks == p.expert_parallel ? "; each expert has one owner (no replicas), so experts are never gathered" : "");
     lines.push_back(experts.str());
   }
   if (p.mlp_tile_tokens > 0) {
@@ -381,6 +392,7 @@ namespace {
 // small tensors before measuring, so the baseline holds them. Deterministic values: no random
 // numbers are drawn, so a run's initialisation is unchanged.
 void warm_up_host_kernels() {
+  const at::AutoGradMode with_gradients(true);  // also when the caller runs without (eval)
   const auto options = at::TensorOptions().dtype(at::kFloat);
   auto x = at::linspace(-1.0, 1.0, 64 * 256, options).reshape({64, 256}).requires_grad_(true);
   auto w = at::linspace(1.0, -1.0, 256 * 256, options).reshape({256, 256}).requires_grad_(true);

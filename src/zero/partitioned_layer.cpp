@@ -120,8 +120,10 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
     }
   }
   device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
+  // The gradient is allocated at its first use (grad_shard()): an optimizer moves most of it to
+  // host memory before then (place_gradient), and eval never uses it. Allocated here, a full
+  // fp32 copy of every shard existed at once during set-up: 4 bytes per parameter over the plan.
   grad_split_ = shard_numel_;
-  grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
   host_grad_ = at::empty({0}, at::kFloat);
   unbind();
   if (persistent_) {
@@ -212,7 +214,7 @@ void PartitionedLayer::place_gradient(int64_t split, at::Tensor host) {
                                host.device().is_cpu() && host.is_contiguous()),
            "the host gradient of a layer must be a contiguous fp32 host tensor of " << host_numel << " elements");
   grad_split_ = split;
-  grad_shard_ = at::zeros({split}, options_.dtype(at::kFloat));
+  grad_shard_ = at::Tensor();  // allocated at its first use
   host_grad_ = host_numel > 0 ? std::move(host) : at::empty({0}, at::kFloat);
   grad_stale_ = true;
 }
@@ -235,8 +237,12 @@ void PartitionedLayer::clear_gradients() {
 }
 
 at::Tensor& PartitionedLayer::grad_shard() {
-  if (grad_stale_) {
+  if (!grad_shard_.defined()) {
+    grad_shard_ = at::zeros({grad_split_}, options_.dtype(at::kFloat));
+  } else if (grad_stale_) {
     grad_shard_.zero_();
+  }
+  if (grad_stale_) {
     host_grad_.zero_();
     grad_stale_ = false;
   }

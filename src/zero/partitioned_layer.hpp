@@ -100,7 +100,8 @@ class PartitionedLayer {
   // Call before the first backward.
   void place_gradient(int64_t split, at::Tensor host);
   int64_t gradient_split() const { return grad_split_; }
-  // The accumulated device part [split] and host part [shard - split] (storage never changes).
+  // The accumulated device part [split] and host part [shard - split] (storage never changes once
+  // the first call allocated the device part).
   at::Tensor& grad_shard();
   at::Tensor& host_grad();
   // The next reduction overwrites the gradient instead of adding to it (no zeroing pass;
@@ -133,7 +134,7 @@ class PartitionedLayer {
   at::Tensor device_shard_;             // [shard] compute dtype
   at::Tensor gathered_;                 // [padded] compute dtype, while live
   at::Tensor gathering_buffer_;         // the buffer an all-gather in flight writes
-  at::Tensor grad_shard_;               // [split] fp32, on the device
+  at::Tensor grad_shard_;               // [split] fp32, on the device; undefined until first used
   at::Tensor host_grad_;                // [shard - split] fp32, host memory (empty: none)
   int64_t grad_split_ = 0;
   bool grad_stale_ = true;              // the gradient holds an earlier step's values: overwrite

@@ -9,7 +9,7 @@ cd "$SO_SOURCE_DIR"
 
 # Long context (#50): Llama-3.1-8B at 128k tokens on one GH200 fits with its activation
 # checkpoints in host memory (32 GiB there, two layers' worth left on the device, the copies'
-# time stated) and MLP tiles of hidden_size tokens, and not without the offload.
+# time stated) and MLP tiles of hidden_size tokens; at 160k it fits with the offload and not without.
 long=(configs/reference-models/llama-3.1-8b.toml --set data.seq_len=131072 --set training.train_micro_batch_size_per_gpu=1
       --nodes 1 --gpus-per-node 1 --gpu-memory 96 --host-memory 480)
 out=$("$SO_BIN" plan "${long[@]}" --set model.activation_offload=\"host\" 2>&1) || fail "plan 8B at 128k, offloaded: $out"
@@ -18,7 +18,12 @@ expect_contains "$out" "activation checkpoints 32.0 GiB" "the host holds every l
 expect_contains "$out" "64.0 GiB over the host link per micro-batch (out and back): 153 ms at a GH200's 450 GB/s" "copy time"
 expect_contains "$out" "MLP tiles: 4096 tokens at a time" "tiles chosen by the plan"
 out=$("$SO_BIN" plan "${long[@]}" 2>&1)
-expect_contains "$out" "does not fit" "8B at 128k tokens keeping its activations on the GPU"
+expect_contains "$out" "activations 42.3 GiB" "8B at 128k tokens keeping its activations on the GPU"
+longer=("${long[@]}" --set data.seq_len=163840)
+out=$("$SO_BIN" plan "${longer[@]}" 2>&1)
+expect_contains "$out" "does not fit" "8B at 160k tokens keeping its activations on the GPU"
+out=$("$SO_BIN" plan "${longer[@]}" --set model.activation_offload=\"host\" 2>&1) || fail "plan 8B at 160k, offloaded: $out"
+expect_contains "$out" "fits (with 5% headroom)" "8B at 160k tokens with activation offload"
 
 # The seven reference jobs on their GH200 counts (96 GB GPU, 480 GB host per GPU), from the
 # config.json files shipped under configs/models/ (a fresh clone has no model directory).
@@ -98,14 +103,18 @@ out=$("$SO_BIN" plan $eight --gpus-per-node 4 --set parallel.sequence_parallel_s
       --set training.train_batch_size=0 2>&1) || fail "plan with sequence parallelism: $out"
 expect_contains "$out" "sequence parallelism: groups of 4 ranks, each holding 32768 tokens" "the plan's shard"
 
-# Expert parallelism: Qwen3-30B-A3B on 2 GH200 splits its 128 experts; the gathered bytes and
-# the largest gathered layer shrink, the all-to-all appears.
+# Expert parallelism: Qwen3-30B-A3B on 2 GH200 splits its 128 experts; at world = P each expert
+# has one owner and is never gathered (its region runs on views of the shard), so only the
+# shared parameters are; the layer a rank computes shrinks, the all-to-all appears. At 4 ranks
+# and P = 2 each expert has a replica and its 64 local experts are gathered.
 moe=configs/reference-models/qwen3-30b-a3b.toml
 out=$("$SO_BIN" plan $moe --gpus-per-node 2 --set moe.expert_parallel_size=2 2>&1) || fail "plan with expert parallelism: $out"
 expect_contains "$out" "expert parallelism: groups of 2 ranks, each computing 64 of the 128 experts" "the plan's experts"
-expect_contains "$out" "gathers 59.7 GiB of parameters (113.7 GiB without)" "gathered bytes per micro-batch"
-expect_contains "$out" "largest gathered layer 0.6 GiB (1.2 GiB without)" "the largest gathered layer"
-expect_contains "$out" "gathered layers 1.2 GiB" "device memory counts the smaller layer"
+expect_contains "$out" "gathers 5.7 GiB of parameters (113.7 GiB without)" "gathered bytes per micro-batch"
+expect_contains "$out" "largest layer a rank computes 0.6 GiB (1.2 GiB without)" "the layer a rank computes"
+expect_contains "$out" "experts are never gathered" "world = P: no replicas"
+out=$("$SO_BIN" plan $moe --gpus-per-node 4 --set moe.expert_parallel_size=2 2>&1) || fail "plan with expert parallelism at 4: $out"
+expect_contains "$out" "gathers 59.7 GiB of parameters (113.7 GiB without)" "gathered bytes per micro-batch with replicas"
 
 # 70B on two CPU ranks of this machine: refused at once, not killed by the OOM killer later.
 start=$SECONDS

@@ -103,7 +103,8 @@ class HeadLayer : public Layer {
  public:
   using Layer::Layer;
   // Cross-entropy (labels already shifted, kIgnoreLabel ignored) in fp32, computed over chunks of
-  // `chunk_tokens` sequence positions so fp32 logits of the whole batch never exist at once.
+  // about `chunk_tokens` tokens of the batch (chunk_tokens / batch sequence positions of every
+  // row, at least one) so fp32 logits of the whole batch never exist at once.
   LossSum loss(const at::Tensor& hidden, const at::Tensor& labels, int64_t chunk_tokens, const BatchContext& context);
   // Loss and its backward chunk by chunk: head parameters accumulate their gradients, each
   // chunk's logits are freed before the next, and the gradient w.r.t. `hidden` is returned.
