@@ -64,7 +64,7 @@ for name in ${SO_MATRIX_MODELS:-tiny 125m}; do
   for ranks in ${SO_MATRIX_RANKS:-1 2 8}; do
     for variant in fp32 bf16 bf16-moments nvme; do
       out=$work/train_${name}_${ranks}_$variant
-      rm -rf "$out" "$work/nvme"
+      rm -rf "$out" "$work/nvme" && mkdir -p "$work/nvme"
       extra=()
       case $variant in
         bf16) extra=(--set precision.bf16=true) ;;
