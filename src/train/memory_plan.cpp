@@ -183,8 +183,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
     p.all_to_all_bytes_per_micro_batch = tokens * static_cast<double>(m.top_k) * h * compute_bytes * 2 * 3 *
                                          static_cast<double>(m.layers) * leaving;
   }
-  // The head's loss chunk (zero::EngineOptions::loss_chunk_tokens): fp32 logits and gradient.
-  p.device_logits_bytes = 2 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
+  // The head's loss chunk (zero::EngineOptions::loss_chunk_tokens, about that many tokens of the
+  // micro-batch): at its peak, in backward, three fp32 [chunk, vocab] tensors — the log-softmax
+  // saved by forward, the gradient coming into it and the one it returns (forward peaks lower:
+  // the fp32 logits and their log-softmax).
+  p.device_logits_bytes = 3 * 4 * std::min(tokens, 1024.0) * static_cast<double>(m.vocab);
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
   // Seen by LibTorch's allocator as well (an H200's tiny run peaked 40 MB over the terms
@@ -206,7 +209,9 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.host_optimizer_bytes = (4 + (cfg.precision.bf16 && !shares_engine_memory ? 2 : 0)) * n * cpu_share;
   if (nvme) {
     p.nvme_bytes = state_bytes;
-    const double sub_group = std::min(n * cpu_share, static_cast<double>(cfg.zero.sub_group_size));
+    // Sub-groups lie within a layer's shard (optim::OffloadOptimizer): the ring's buffers are as
+    // large as the largest one.
+    const double sub_group = std::min({n * cpu_share, largest / ranks, static_cast<double>(cfg.zero.sub_group_size)});
     p.host_optimizer_bytes += static_cast<double>(cfg.offload.buffer_count) * (4 + moment_bytes) * sub_group;
   } else {
     p.host_optimizer_bytes += state_bytes;
