@@ -2,8 +2,9 @@
 // from what each holds at its peak, checked against the node's available memory before the
 // large allocations, and set beside the measured peak resident set when the command ends
 // (`train`'s plan is train/memory_plan.hpp). One line each in the log:
-//   eval: host memory: peak RSS 1.04 GiB, plan 1.06 GiB (plan/peak 1.02): program and libraries
-//   0.40 GiB + model (fp32) 0.50 GiB + ...
+//   eval: host memory: peak RSS 1.06 GiB, plan 1.10 GiB (plan/peak 1.032): program and libraries
+//   0.38 GiB + allocator slack 0.04 GiB + model (fp32) 0.50 GiB + tokens 0.00 GiB + a block's
+//   forward 0.18 GiB = 1.10 GiB
 #pragma once
 
 #include <cstdint>
