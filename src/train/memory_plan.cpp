@@ -222,9 +222,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.host_setup_bytes = 4 * largest;
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured: Open
-  // MPI's shared-memory transport and the collectives' buffers: with the share above, 55-80 MiB
-  // per rank at 2-8 ranks here (1-2 MiB more per peer; measured by tests/cli/test_memory_plan_rss.sh).
-  const double communication = ranks > 1 ? 36 * mib + 3 * mib * std::min(ranks - 1, 15) : 0;
+  // MPI's shared-memory transport and the collectives' buffers, 34-46 MiB per rank at 2-8 ranks
+  // here (about 2 MiB more per peer; measured beside kAllocatorSlackBytes by
+  // tests/cli/test_memory_plan_rss.sh and bench/host_plan_matrix.sh).
+  const double communication = ranks > 1 ? 32 * mib + 2 * mib * std::min(ranks - 1, 15) : 0;
   p.host_runtime_bytes =
       process_baseline_bytes() + kAllocatorSlackBytes + communication + (on_gpu ? kCudaHostRuntimeBytes : 0);
   if (!on_gpu) {  // CPU runs: everything lives in host memory (no CUDA runtime)
