@@ -48,3 +48,14 @@ train_short() {
     --set training.max_steps=4 --set training.output_dir="$output" --set checkpoint.every_steps=0 \
     --set checkpoint.save_on_exit=false "$@"
 }
+
+# peak_rss_kib OUT COMMAND...: runs COMMAND and writes its peak resident set in KiB to OUT
+# (getrusage of the child, in the project's Python: no package beyond scripts/setup's).
+peak_rss_kib() {
+  "$SO_PYTHON" - "$@" <<'PY'
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n")
+sys.exit(code)
+PY
+}

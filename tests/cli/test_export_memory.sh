@@ -27,14 +27,8 @@ for model in tiny big; do
   "$SO_BIN" train configs/tiny.toml --set model.path="$path" --set data.path="$tmp/corpus.jsonl" \
     --set data.seq_len=32 --set training.max_steps=1 --set training.output_dir="$tmp/$model" \
     > "$tmp/$model.log" 2>&1 || fail "training the $model model: $(tail -20 "$tmp/$model.log")"
-  # The export's peak RSS in KiB (getrusage of the child: no package beyond the project's Python).
-  "$SO_PYTHON" - "$tmp/$model.rss" "$SO_BIN" export "$tmp/$model" --to "$tmp/${model}_hf" --dtype bf16 \
-    --max-shard-size 100MB > "$tmp/${model}_export.log" 2>&1 <<'PY' || fail "export of $model: $(tail -20 "$tmp/${model}_export.log")"
-import resource, subprocess, sys
-code = subprocess.call(sys.argv[2:])
-open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n")
-sys.exit(code)
-PY
+  peak_rss_kib "$tmp/$model.rss" "$SO_BIN" export "$tmp/$model" --to "$tmp/${model}_hf" --dtype bf16 \
+    --max-shard-size 100MB > "$tmp/${model}_export.log" 2>&1 || fail "export of $model: $(tail -20 "$tmp/${model}_export.log")"
 done
 tiny_kib=$(tail -1 "$tmp/tiny.rss") big_kib=$(tail -1 "$tmp/big.rss")
 [[ -f $tmp/big_hf/model-00003-of-00003.safetensors ]] || fail "the big export is not in 3 shards of 100 MB: $(ls "$tmp/big_hf")"

@@ -49,14 +49,9 @@ for model in tiny big; do
     > "$tmp/$model.log" 2>&1 || fail "training the $model model: $(tail -20 "$tmp/$model.log")"
 done
 # The fixed part: the tiny model's export peak (its weights are 38 MB).
-"$SO_PYTHON" - "$tmp/tiny.rss" "$SO_BIN" export "$tmp/tiny" --to "$tmp/tiny_hf" --dtype bf16 \
-  > "$tmp/tiny_export.log" 2>&1 <<'PY' || fail "export of the tiny model: $(tail -20 "$tmp/tiny_export.log")"
-import resource, subprocess, sys
-code = subprocess.call(sys.argv[2:])
-open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}\n")
-sys.exit(code)
-PY
-fixed=$(tail -1 "$tmp/tiny.rss")
+peak_rss_kib "$tmp/tiny.rss" "$SO_BIN" export "$tmp/tiny" --to "$tmp/tiny_hf" --dtype bf16 \
+  > "$tmp/tiny_export.log" 2>&1 || fail "export of the tiny model: $(tail -20 "$tmp/tiny_export.log")"
+fixed=$(($(tail -1 "$tmp/tiny.rss") * 1024))
 largest=$((32000 * hidden * 4))
 weights=$(( (32000 * hidden * 2 + layers * (4 * hidden * hidden + 3 * hidden * intermediate + 2 * hidden) + hidden) * 4 ))
 limit=$((fixed + 2 * largest + 64 * 1024 * 1024))
