@@ -59,3 +59,11 @@ open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_
 sys.exit(code)
 PY
 }
+
+# train_one_step MODEL_DIR OUTPUT_DIR: one step of MODEL_DIR on $tmp/corpus.jsonl (32 tokens per
+# row), one process, checkpointed at its end; fails the test with the log's tail otherwise.
+train_one_step() {
+  "$SO_BIN" train configs/tiny.toml --set model.path="$1" --set data.path="$tmp/corpus.jsonl" \
+    --set data.seq_len=32 --set training.max_steps=1 --set training.output_dir="$2" \
+    > "$2.log" 2>&1 || fail "training $1: $(tail -20 "$2.log")"
+}

@@ -24,9 +24,7 @@ PY
 for model in tiny big; do
   path=configs/models/tiny-llama
   [[ $model == big ]] && path=$tmp/big
-  "$SO_BIN" train configs/tiny.toml --set model.path="$path" --set data.path="$tmp/corpus.jsonl" \
-    --set data.seq_len=32 --set training.max_steps=1 --set training.output_dir="$tmp/$model" \
-    > "$tmp/$model.log" 2>&1 || fail "training the $model model: $(tail -20 "$tmp/$model.log")"
+  train_one_step "$path" "$tmp/$model"
   peak_rss_kib "$tmp/$model.rss" "$SO_BIN" export "$tmp/$model" --to "$tmp/${model}_hf" --dtype bf16 \
     --max-shard-size 100MB > "$tmp/${model}_export.log" 2>&1 || fail "export of $model: $(tail -20 "$tmp/${model}_export.log")"
 done
