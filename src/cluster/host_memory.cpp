@@ -1,7 +1,6 @@
 // HostMemory.
 #include "cluster/host_memory.hpp"
 
-#include <ATen/Parallel.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -12,20 +11,22 @@
 #include <utility>
 
 #include "base/logging.hpp"
+#include "base/parallel_ranges.hpp"
+#include "cluster/compute_threads.hpp"
 #include "cluster/host_pinning.hpp"
 
 namespace superoffload::cluster {
 namespace {
 
-// Writes one byte of every page, on the rank's threads (LibTorch's pool, which the launcher
-// binds), in chunks of 2 MiB (a huge page): the kernel allocates and zeroes each page at its
+// Writes one byte of every page, on the rank's threads (as many as its binding gives it), in
+// chunks of 2 MiB (a huge page): the kernel allocates and zeroes each page at its
 // first write, and places it on the NUMA node of the thread that writes it. Without this,
 // cudaHostRegister faults every page in on the calling thread: 2.5 GB/s for untouched pages
 // on an H200 machine, most of the 64 s that an 8B's optimizer state took before step 1.
 void touch_pages(char* data, size_t bytes, size_t page) {
   constexpr size_t kChunk = size_t{2} << 20;
   const auto chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
-  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+  base::parallel_ranges(chunks, compute_threads(), [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const size_t from = static_cast<size_t>(c) * kChunk, to = std::min(bytes, from + kChunk);
       for (size_t at = from; at < to; at += page) static_cast<volatile char*>(data)[at] = 0;

@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include "base/error.hpp"
+#include "base/parallel_ranges.hpp"
 #include "model/blocks/decoder_layers.hpp"
 
 namespace superoffload::model {
@@ -124,9 +125,8 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
     // drawn in blocks of kInitBlock elements, each from its own generator seeded by the
     // tensor's name and the block's index (block 0 by the name alone, so a tensor of one block
     // is what it always was): the values do not depend on the thread count, and the blocks are
-    // drawn in parallel on the rank's threads (LibTorch's pool, bound by the launcher). Drawing
-    // each tensor on one thread made an 8B's initialisation take 62 s on 16 cores of an H200
-    // machine. The blocks of every CPU fp32 tensor of the layer are drawn together; a tensor
+    // drawn in parallel on the rank's threads (as many as LibTorch's, which the binding set).
+    // On one thread an 8B's initialisation took 49-62 s on 16 cores of an H200 machine. The blocks of every CPU fp32 tensor of the layer are drawn together; a tensor
     // that needs staging is drawn and copied on its own, so one staging tensor exists at a time.
     struct Block {
       at::Tensor flat;  // this block's elements of the target (or staging) tensor
@@ -140,7 +140,8 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
       }
     };
     auto draw = [std](std::vector<Block>& blocks) {
-      at::parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
+      base::parallel_ranges(static_cast<int64_t>(blocks.size()), at::get_num_threads(), [&](int64_t begin, int64_t end) {
+        const torch::NoGradGuard no_grad_here;  // grad mode is per thread
         for (int64_t i = begin; i < end; ++i) {
           auto& block = blocks[static_cast<size_t>(i)];
           block.flat.normal_(0.0, std, at::make_generator<at::CPUGeneratorImpl>(block.seed));

@@ -9,10 +9,11 @@
 #include <set>
 #include <sstream>
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include "base/error.hpp"
+#include "base/parallel_ranges.hpp"
+#include "cluster/compute_threads.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -100,17 +101,20 @@ const TensorView& byte_tensor(SafetensorsCheckpoint& checkpoint, const std::stri
   return view;
 }
 
-// Non-finite elements (NaN or ±inf) of fp32 `values`, in one pass on LibTorch's threads (no
+// Scans of weights being read: a thread per 4 Mi elements, up to the rank's threads.
+int scan_threads(int64_t elements) {
+  return base::threads_for(elements, int64_t{1} << 22, cluster::compute_threads());
+}
+
+// Non-finite elements (NaN or ±inf) of fp32 `values`, in one pass on the rank's threads (no
 // boolean temporaries: a 1 GB layer's check allocated 2 GB and cost a third of its read).
 int64_t non_finite_count(const at::Tensor& values) {
   const auto* bits = reinterpret_cast<const uint32_t*>(values.const_data_ptr<float>());
-  return at::parallel_reduce(
-      int64_t{0}, values.numel(), int64_t{1} << 16, int64_t{0},
-      [&](int64_t begin, int64_t end, int64_t count) {
-        for (int64_t i = begin; i < end; ++i) count += (bits[i] & 0x7f800000u) == 0x7f800000u;
-        return count;
-      },
-      [](int64_t a, int64_t b) { return a + b; });
+  return base::parallel_sum<int64_t>(values.numel(), scan_threads(values.numel()), [&](int64_t begin, int64_t end) {
+    int64_t count = 0;
+    for (int64_t i = begin; i < end; ++i) count += (bits[i] & 0x7f800000u) == 0x7f800000u;
+    return count;
+  });
 }
 
 // A bf16 or fp32 run of elements widened to fp32 into `out` (bf16 is the top half of fp32's
@@ -120,17 +124,15 @@ bool widen_to_fp32(const at::Tensor& from, float* out) {
   const auto* half = bf16 ? reinterpret_cast<const uint16_t*>(from.const_data_ptr()) : nullptr;
   const auto* full = bf16 ? nullptr : reinterpret_cast<const uint32_t*>(from.const_data_ptr());
   auto* target = reinterpret_cast<uint32_t*>(out);
-  const int64_t bad = at::parallel_reduce(
-      int64_t{0}, from.numel(), int64_t{1} << 16, int64_t{0},
-      [&](int64_t begin, int64_t end, int64_t count) {
-        for (int64_t i = begin; i < end; ++i) {
-          const uint32_t bits = bf16 ? static_cast<uint32_t>(half[i]) << 16 : full[i];
-          target[i] = bits;
-          count += (bits & 0x7f800000u) == 0x7f800000u;
-        }
-        return count;
-      },
-      [](int64_t a, int64_t b) { return a + b; });
+  const int64_t bad = base::parallel_sum<int64_t>(from.numel(), scan_threads(from.numel()), [&](int64_t begin, int64_t end) {
+    int64_t count = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t bits = bf16 ? static_cast<uint32_t>(half[i]) << 16 : full[i];
+      target[i] = bits;
+      count += (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    return count;
+  });
   return bad == 0;
 }
 

@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <array>
@@ -17,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "base/logging.hpp"
+#include "base/parallel_ranges.hpp"
 #include "base/timer.hpp"
 #include "cluster/check_mpi.hpp"
 #include "cluster/compute_threads.hpp"
@@ -50,16 +50,15 @@ void set_cpu_rng_state(const std::vector<uint8_t>& bytes) {
   generator.set_state(state);
 }
 
-// NaN and inf in a host fp32 buffer, in one pass on LibTorch's threads.
+// NaN and inf in a host fp32 buffer, in one pass on the rank's threads (one per 4 Mi elements).
 int64_t count_non_finite(const at::Tensor& t) {
   const float* data = t.const_data_ptr<float>();
-  return at::parallel_reduce(
-      int64_t{0}, t.numel(), int64_t{1} << 16, int64_t{0},
-      [&](int64_t begin, int64_t end, int64_t count) {
-        for (int64_t i = begin; i < end; ++i) count += std::isfinite(data[i]) ? 0 : 1;
-        return count;
-      },
-      [](int64_t a, int64_t b) { return a + b; });
+  const int threads = base::threads_for(t.numel(), int64_t{1} << 22, cluster::compute_threads());
+  return base::parallel_sum<int64_t>(t.numel(), threads, [&](int64_t begin, int64_t end) {
+    int64_t count = 0;
+    for (int64_t i = begin; i < end; ++i) count += std::isfinite(data[i]) ? 0 : 1;
+    return count;
+  });
 }
 
 // A float setting as the manifest's TOML and this run both write it.

@@ -1,7 +1,6 @@
 // ZeroEngine.
 #include "zero/engine.hpp"
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -39,21 +38,19 @@ at::Tensor device_squared_norm(const at::Tensor& t) {
 
 double squared_norm(const at::Tensor& t) {
   SO_CHECK(t.device().is_cpu(), "squared_norm: a host tensor expected, not one on " << t.device());
+  // One pass on the calling thread, on purpose: the order of the sum is part of a CPU run's
+  // reproducibility across thread counts (the CPU optimizer's share has its own, pooled norm).
   const float* data = t.const_data_ptr<float>();
-  return at::parallel_reduce(
-      int64_t{0}, t.numel(), int64_t{1} << 16, 0.0,
-      [&](int64_t begin, int64_t end, double sum) {
-        constexpr int kLanes = 8;
-        double lanes[kLanes] = {};
-        int64_t i = begin;
-        for (; i + kLanes <= end; i += kLanes) {
-          for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(data[i + k]) * static_cast<double>(data[i + k]);
-        }
-        for (; i < end; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
-        for (double lane : lanes) sum += lane;
-        return sum;
-      },
-      [](double a, double b) { return a + b; });
+  const int64_t end = t.numel();
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {}, sum = 0.0;
+  int64_t i = 0;
+  for (; i + kLanes <= end; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(data[i + k]) * static_cast<double>(data[i + k]);
+  }
+  for (; i < end; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+  for (double lane : lanes) sum += lane;
+  return sum;
 }
 
 

@@ -1,0 +1,118 @@
+// base::parallel_ranges runs its ranges at the same time on as many threads as asked, covers
+// every index once, and rethrows a range's exception; parallel_sum is exact for integers. Random
+// initialisation, which runs on it, draws the same values on 1 thread as on 4.
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unistd.h>
+
+#include "base/logging.hpp"
+#include "base/parallel_ranges.hpp"
+#include "model_io/load_model.hpp"
+
+namespace so = superoffload;
+
+namespace {
+
+TEST(ParallelRanges, CoversEveryIndexOnce) {
+  for (const auto& [n, threads] : {std::pair{0, 4}, {1, 4}, {7, 16}, {1000, 3}, {1001, 1}, {64, 64}}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    so::base::parallel_ranges(n, threads, [&](int64_t begin, int64_t end) {
+      ASSERT_LE(0, begin);
+      ASSERT_LT(begin, end);
+      for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+  }
+}
+
+TEST(ParallelRanges, RangesRunAtTheSameTimeOnDistinctThreads) {
+  // Each range waits until every range has started: on fewer threads than ranges this never
+  // happens (the wait gives up after 10 s and the test fails rather than hangs).
+  constexpr int kThreads = 4;
+  std::atomic<int> started{0};
+  std::atomic<bool> all_met{true};
+  std::mutex mutex;
+  std::set<std::thread::id> ids;
+  so::base::parallel_ranges(kThreads, kThreads, [&](int64_t, int64_t) {
+    {
+      const std::lock_guard lock(mutex);
+      ids.insert(std::this_thread::get_id());
+    }
+    started++;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < kThreads) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        all_met = false;
+        return;
+      }
+      std::this_thread::yield();
+    }
+  });
+  EXPECT_TRUE(all_met) << "the ranges did not run concurrently";
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kThreads));
+  EXPECT_TRUE(ids.count(std::this_thread::get_id())) << "the caller takes a range itself";
+}
+
+TEST(ParallelRanges, RethrowsAfterEveryRangeEnded) {
+  std::atomic<int> finished{0};
+  EXPECT_THROW(so::base::parallel_ranges(8, 8,
+                                         [&](int64_t begin, int64_t) {
+                                           if (begin == 3) throw std::runtime_error("range 3");
+                                           std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                           finished++;
+                                         }),
+               std::runtime_error);
+  EXPECT_EQ(finished.load(), 7);
+}
+
+TEST(ParallelRanges, IntegerSumIsExactAndThreadCountsAreBounded) {
+  const int64_t n = 1'000'003;
+  for (int threads : {1, 2, 5, 16}) {
+    const auto sum = so::base::parallel_sum<int64_t>(n, threads, [](int64_t begin, int64_t end) {
+      int64_t s = 0;
+      for (int64_t i = begin; i < end; ++i) s += i;
+      return s;
+    });
+    EXPECT_EQ(sum, n * (n - 1) / 2) << threads << " threads";
+  }
+  EXPECT_EQ(so::base::threads_for(100, 1 << 22, 16), 1);
+  EXPECT_EQ(so::base::threads_for(int64_t{3} << 22, 1 << 22, 16), 3);
+  EXPECT_EQ(so::base::threads_for(int64_t{100} << 22, 1 << 22, 16), 16);
+}
+
+// A Llama whose embedding spans three initialisation blocks (9,000 × 1,024 > 2 × 4 Mi elements).
+TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
+  so::log::init(so::log::Level::warning);
+  const auto dir = std::filesystem::temp_directory_path() / ("so_parallel_init_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 9000,
+    "hidden_size": 1024, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
+    "num_key_value_heads": 8})";
+  auto values = [&](int threads) {
+    at::set_num_threads(threads);
+    const auto model = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
+    std::vector<at::Tensor> out;
+    for (const auto& layer : model->layers()) {
+      for (const auto& [name, tensor] : layer->hf_parameters()) out.push_back(tensor.detach().clone());
+    }
+    return out;
+  };
+  const auto one = values(1), four = values(4);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(one.size(), four.size());
+  ASSERT_GT(one.front().numel(), 2 * (int64_t{1} << 22));
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], four[i])) << "tensor " << i;
+  EXPECT_GT(one.front().std().item<double>(), 0.0);
+}
+
+}  // namespace
