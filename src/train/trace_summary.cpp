@@ -373,13 +373,33 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
   struct Tally {
     double us = 0;
     int64_t calls = 0;
+    std::map<std::string, double> launched_by_us;  // GPU: by the operator that launched it
+  };
+  // What launched a kernel: the outermost operator around its launch (the one our code or
+  // autograd called: aten::linear, "autograd::engine::evaluate_function: MulBackward0"), with
+  // the superoffload scope it ran in. A kernel's name alone does not say which of a layer's
+  // elementwise chains it belongs to.
+  auto launched_by = [&](const Event& work) -> std::string {
+    const auto launch = runtime_by_correlation.find(work.correlation);
+    if (launch == runtime_by_correlation.end()) return {};
+    const auto& call = events[static_cast<size_t>(launch->second)];
+    long op = host.around(call.thread, call.start, [](const Event& e) { return e.kind == Kind::cpu_op; });
+    while (op >= 0) {
+      const long parent = events[static_cast<size_t>(op)].parent;
+      if (parent < 0 || events[static_cast<size_t>(parent)].kind != Kind::cpu_op) break;
+      op = parent;
+    }
+    const long scope = scope_at(call.thread, call.start);
+    return (op < 0 ? call.name : name_of(op)) + (scope < 0 ? "" : " in " + without_index(name_of(scope)));
   };
   std::map<std::string, Tally> kernels;
   if (gpu) {
     for (const auto& e : events) {
       if (e.kind == Kind::kernel && step_of(e.start) >= 0) {
-        kernels[e.name].us += e.end - e.start;
-        ++kernels[e.name].calls;
+        auto& tally = kernels[e.name];
+        tally.us += e.end - e.start;
+        ++tally.calls;
+        if (auto by = launched_by(e); !by.empty()) tally.launched_by_us[by] += e.end - e.start;
       }
     }
   } else {
@@ -406,11 +426,22 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
   json top = json::array();
   for (size_t k = 0; k < std::min(options.top_kernels, ranked.size()); ++k) {
     const auto& [name, t] = ranked[k];
-    top.push_back({{"name", shortened(name)},
-                   {"seconds", t.us / 1e6},
-                   {"calls", t.calls},
-                   {"share", kernel_us > 0 ? t.us / kernel_us : 0.0},
-                   {"step_share", total_s > 0 ? t.us / 1e6 / total_s : 0.0}});
+    json row = {{"name", shortened(name)},
+                {"seconds", t.us / 1e6},
+                {"calls", t.calls},
+                {"share", kernel_us > 0 ? t.us / kernel_us : 0.0},
+                {"step_share", total_s > 0 ? t.us / 1e6 / total_s : 0.0}};
+    if (gpu) {
+      // The three largest sources, each as its share of this kernel's time.
+      std::vector<std::pair<std::string, double>> by(t.launched_by_us.begin(), t.launched_by_us.end());
+      std::stable_sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      json sources = json::array();
+      for (size_t i = 0; i < std::min<size_t>(3, by.size()); ++i) {
+        sources.push_back({{"by", shortened(by[i].first, 120)}, {"share", t.us > 0 ? by[i].second / t.us : 0.0}});
+      }
+      row["launched_by"] = std::move(sources);
+    }
+    top.push_back(std::move(row));
   }
 
   std::map<std::string, double> class_us;
@@ -627,6 +658,17 @@ std::string format_trace_summary(const json& s, size_t kernels, size_t gaps, siz
                   1000 * number(row, "seconds"), static_cast<long long>(row["calls"].get<int64_t>()),
                   row["name"].get<std::string>().c_str());
     out += line;
+    if (row.contains("launched_by") && !row["launched_by"].empty()) {
+      out += "              from";
+      bool first = true;
+      for (const auto& source : row["launched_by"]) {
+        std::snprintf(line, sizeof line, "%s %s %.0f%%", first ? "" : ",", source["by"].get<std::string>().c_str(),
+                      100 * number(source, "share"));
+        out += line;
+        first = false;
+      }
+      out += "\n";
+    }
   }
   if (k.contains("classes") && !k["classes"].empty()) {
     out += "  by class:";

@@ -45,7 +45,12 @@ json gpu_trace() {
   events.push_back(event("cuda_runtime", "cudaMemcpyAsync", 2910, 30, 1, 1, {{"correlation", 9}}));
   events.push_back(event("cuda_runtime", "cudaStreamSynchronize", 2950, 450, 1, 1, {{"correlation", 10}}));
   events.push_back(event("user_annotation", "superoffload/backward#2", 4000, 2000, 1, 1));
+  events.push_back(event("cpu_op", "aten::linear", 4700, 300, 1, 1));
   events.push_back(event("cpu_op", "aten::mm", 4800, 150, 1, 1));
+  // Autograd's thread (no annotation of ours on it) launches the second gemm.
+  events.push_back(event("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 4050, 200, 1, 2));
+  events.push_back(event("cpu_op", "aten::mm", 4060, 100, 1, 2));
+  events.push_back(event("cuda_runtime", "cudaLaunchKernel", 4100, 5, 1, 2, {{"correlation", 2}}));
   events.push_back(event("cuda_runtime", "cudaLaunchKernel", 4900, 10, 1, 1, {{"correlation", 3}}));
   events.push_back(event("cuda_runtime", "cudaMemcpyAsync", 5950, 20, 1, 1, {{"correlation", 4}}));
   events.push_back(event("user_annotation", "superoffload/optimizer step", 9200, 700, 1, 1));
@@ -87,6 +92,17 @@ TEST(TraceSummary, GpuKernelsCopiesAndSynchronisations) {
   EXPECT_EQ(top[1]["name"], "sm90_gemm");
   EXPECT_EQ(top[1]["calls"], 2);
   EXPECT_NEAR(top[1]["seconds"].get<double>(), 0.003, 1e-12);
+  // Who launched them: the outermost operator around the launch, in our scope (found on the
+  // step's thread when the launching thread has none); a kernel without a launch in the
+  // trace counts for no source.
+  ASSERT_EQ(top[0]["launched_by"].size(), 1u);
+  EXPECT_EQ(top[0]["launched_by"][0]["by"], "aten::linear in superoffload/backward");
+  EXPECT_NEAR(top[0]["launched_by"][0]["share"].get<double>(), 1.0, 1e-12);
+  ASSERT_EQ(top[1]["launched_by"].size(), 1u);
+  EXPECT_EQ(top[1]["launched_by"][0]["by"], "autograd::engine::evaluate_function: MmBackward0 in superoffload/backward");
+  EXPECT_NEAR(top[1]["launched_by"][0]["share"].get<double>(), 1.0 / 3.0, 1e-12);
+  const auto text = format_trace_summary(s);
+  EXPECT_NE(text.find("from aten::linear in superoffload/backward 100%"), std::string::npos) << text;
 
   ASSERT_EQ(s["copies"].size(), 2u);
   for (const auto& c : s["copies"]) {
