@@ -8,7 +8,7 @@
 #                optimizer on the device (the on-device baseline), SuperOffload at 1.65B with clip 0
 #                and 1.0, and Llama-3.1-8B's shape with SuperOffload; each rank's summary (busy
 #                fraction, top kernels, gaps, copies, synchronisations, allocator) comes back in
-#                $OUT/trace/ (the multi-MB traces stay on the machine), each run's start-up
+#                $OUT/trace/summaries.json (the multi-MB traces stay on the machine), each run's start-up
 #                timeline in trace.txt
 #   tests        every CTest test labelled gpu (commands as CTest lists them)
 #   correctness  the tiny model's losses on the GPU against the CPU, reduce buckets of 20,000
@@ -118,7 +118,7 @@ if ((dry)); then
   env          nvidia-smi; nvcc --version; python3 -c 'torch, torch.version.cuda, torch.cuda.nccl.version()'; lscpu
   trace        superoffload train (4 steps) --set profile.trace_steps=3-4: 1.65B (hidden 2560 x 24, seq 2048 x 4,
                bf16) with offload.device=none, with SuperOffload at clip 1.0 and 0; the 8B (seq 4096 x 4, ratio
-               0.85, bf16 moments); traces/*.summary.json -> \$OUT/trace/<run>.rank<R>.summary.json
+               0.85, bf16 moments); traces/*.summary.json -> \$OUT/trace/summaries.json (one file)
   tests        for each test of build/gpu_tests.json (ctest -L gpu): its command and environment, skip/pass/fail
   correctness  superoffload train configs/tiny.toml --set runtime.device=cpu|cuda --set precision.bf16=false|true
                  --set offload.speculation=always|auto|never --set training.gradient_clipping=0|1.0
@@ -552,8 +552,9 @@ part_profile() {
 }
 
 # Steps 3-4 of four runs traced with Kineto ([profile] trace_steps), the first thing the GPU
-# minutes buy: where each step's time goes. Only the summaries come back ($OUT/trace/), with the
-# log's summary block and RESULT lines. SO_SESSION_TRACE_MODEL ("2560 24 2048") and
+# minutes buy: where each step's time goes. Only the summaries come back, all in one file
+# ($OUT/trace/summaries.json: the device tool brings back at most 8 files, and the 8B's summary
+# was the ninth), with the log's summary block and RESULT lines. SO_SESSION_TRACE_MODEL ("2560 24 2048") and
 # SO_SESSION_TRACE_8B ("8b", or "HIDDENxLAYERS") shrink the models for a rehearsal on the CPU.
 part_trace() {
   work=$(mktemp -d)
@@ -581,11 +582,12 @@ part_trace() {
     sed -n '/start-up: /s/.*start-up: \([0-9.]*\) s.*/RESULT trace '"$name"': start-up to the end of step 1 \1 s/p' "$work/$name.log"
     sed -n '/trace of rank 0 in/,$p' "$work/$name.log" | cut -c1-400 | head -70
     grep -E "error|Error" "$work/$name.log" | head -5
+    mkdir -p "$work/summaries"
     for f in "$work/$name"/traces/*.summary.json; do
-      [[ -f $f ]] && cp "$f" "$out/trace/$name.$(basename "$f" | sed -E 's/\.steps_[0-9-]+\.summary\.json$//').summary.json"
+      [[ -f $f ]] && cp "$f" "$work/summaries/$name.$(basename "$f" | sed -E 's/\.steps_[0-9-]+\.summary\.json$//').json"
     done
     ((rc == 0)) || { echo "RESULT trace $name: train exited $rc"; tail -15 "$work/$name.log"; return 1; }
-    "$machine_python" - "$out/trace/$name.rank_0.summary.json" "$name" <<'PY'
+    "$machine_python" - "$work/summaries/$name.rank_0.json" "$name" <<'PY'
 import json, sys
 s, name = json.load(open(sys.argv[1])), sys.argv[2]
 if "error" in s:
@@ -604,6 +606,10 @@ for g in s["gaps"]["listed"][:3]:
     print(f"RESULT trace {name}: gap {g['ms']:.1f} ms in {g['scope'] or '-'} after {g['preceded_by']}")
 for src in s["syncs"]["sources"][:3]:
     print(f"RESULT trace {name}: {src['count']} syncs from {src['where']}")
+# What launched the largest kernels that are not matrix products or attention: what to fuse.
+for k in [k for k in s["kernels"]["top"] if not any(w in k["name"] for w in ("nvjet", "gemm", "sdpa", "flash"))][:6]:
+    by = "; ".join(f"{100*b['share']:.0f}% {b['by']}" for b in k.get("launched_by", []))
+    print(f"RESULT trace {name}: {100*k['share']:.1f}% {k['calls']} calls {k['name'][:70]}" + (f" <- {by}" if by else ""))
 PY
   }
   # SO_SESSION_TRACE_RUNS: which of the four (default all; "8b" is the last and takes what is left).
@@ -614,6 +620,13 @@ PY
   [[ $runs == *" 8b "* ]] && { trace_run superoffload_8b "$work/m8b" "$seq" "$(($(part_left) - 5))" --set training.gradient_clipping=1.0 \
     --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16 --set zero.sub_group_size=100000000 \
     --set zero.reduce_bucket_size=200000000 || status=1; }
+  # Every rank's summary of every run in one file, keyed "<run>.rank_<R>".
+  "$machine_python" - "$work/summaries" "$out/trace/summaries.json" <<'PY'
+import json, pathlib, sys
+files = sorted(pathlib.Path(sys.argv[1]).glob("*.json")) if pathlib.Path(sys.argv[1]).is_dir() else []
+json.dump({f.stem: json.load(open(f)) for f in files}, open(sys.argv[2], "w"))
+print(f"trace: {len(files)} summaries in {sys.argv[2]}")
+PY
   rm -rf "$work"
   return $status
 }
