@@ -126,8 +126,9 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
     // tensor's name and the block's index (block 0 by the name alone, so a tensor of one block
     // is what it always was): the values do not depend on the thread count, and the blocks are
     // drawn in parallel on the rank's threads (as many as LibTorch's, which the binding set).
-    // On one thread an 8B's initialisation took 49-62 s on 16 cores of an H200 machine. The blocks of every CPU fp32 tensor of the layer are drawn together; a tensor
-    // that needs staging is drawn and copied on its own, so one staging tensor exists at a time.
+    // On one thread an 8B's initialisation took 49-62 s on 16 cores of an H200 machine. The
+    // blocks of every CPU fp32 tensor of the layer are drawn together; a tensor that needs
+    // staging is drawn and copied on its own, so one staging tensor exists at a time.
     struct Block {
       at::Tensor flat;  // this block's elements of the target (or staging) tensor
       uint64_t seed;
