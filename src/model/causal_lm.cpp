@@ -11,30 +11,10 @@
 #include "base/error.hpp"
 #include "base/parallel_ranges.hpp"
 #include "model/blocks/decoder_layers.hpp"
+#include "model/init_seeds.hpp"
 
 namespace superoffload::model {
 namespace {
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
-// A 64-bit mix (SplitMix64's finaliser): seeds of a tensor's later blocks, far apart.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Elements of one block of a randomly initialised weight (see init_layer_parameters): 4 Mi,
-// so the tensors of the tiny models the tests and the demo use are one block each.
-constexpr int64_t kInitBlock = int64_t{1} << 22;
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -133,11 +113,12 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
       at::Tensor flat;  // this block's elements of the target (or staging) tensor
       uint64_t seed;
     };
+    using init_seeds::kInitBlock;
     auto blocks_of = [](const at::Tensor& tensor, uint64_t base, std::vector<Block>& blocks) {
       const auto flat = tensor.view(-1);
       for (int64_t begin = 0, index = 0; begin < flat.numel(); begin += kInitBlock, ++index) {
         blocks.push_back({flat.narrow(0, begin, std::min(kInitBlock, flat.numel() - begin)),
-                          index == 0 ? base : splitmix64(base + static_cast<uint64_t>(index))});
+                          init_seeds::block_seed(base, index)});
       }
     };
     auto draw = [std](std::vector<Block>& blocks) {
@@ -157,7 +138,7 @@ void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
         case ParameterRole::bias: target.zero_(); break;
         case ParameterRole::norm: target.fill_(1.0); break;
         case ParameterRole::weight: {
-          const uint64_t base = seed ^ fnv1a(name);
+          const uint64_t base = init_seeds::weight_seed(seed, name);
           if (target.is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous()) {
             blocks_of(target, base, direct);
           } else {

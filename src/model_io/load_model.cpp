@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "base/logging.hpp"
+#include "model_io/random_ranges.hpp"
 #include "model_io/safetensors.hpp"
 #include "model_io/weights.hpp"
 
@@ -31,13 +32,20 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     // Said when it happens: a caller that defers and then fills the layers from a checkpoint
     // (export, a resume) never initialises them randomly, and its log must not claim so.
     auto said = std::make_shared<bool>(false);
-    out.materialize = [model, seed, defer, said](size_t layer) {
-      if (!*said) {
-        *said = true;
-        SO_LOG(info) << "parameters initialised randomly (initializer_range " << model->initializer_range() << ", seed "
-                     << seed << ")" << (defer ? ", layer by layer" : "");
-      }
+    auto say = [model, seed, said](const char* how) {
+      if (*said) return;
+      *said = true;
+      SO_LOG(info) << "parameters initialised randomly (initializer_range " << model->initializer_range() << ", seed "
+                   << seed << ")" << how;
+    };
+    out.materialize = [model, seed, defer, say](size_t layer) {
+      say(defer ? ", layer by layer" : "");
       model->init_layer_parameters(layer, seed);
+    };
+    // A ZeRO rank draws its shard's elements only, straight into the shard (the same values).
+    out.fill_ranges = [model, seed, say](size_t layer, const std::vector<WeightRange>& ranges) {
+      say(", each rank its own shard");
+      init_layer_ranges(*model, layer, seed, ranges);
     };
   } else {
     SO_CHECK(has_weights, directory << " has no safetensors weights but [model] init = \"pretrained\""

@@ -1,6 +1,7 @@
 // base::parallel_ranges runs its ranges at the same time on as many threads as asked, covers
 // every index once, and rethrows a range's exception; parallel_sum is exact for integers. Random
-// initialisation, which runs on it, draws the same values on 1 thread as on 4.
+// initialisation, which runs on it, draws the same values on 1 thread as on 4, and a rank's
+// ranges of a layer (init_layer_ranges: its shard) the same values as the whole layer.
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
@@ -18,6 +19,7 @@
 #include "base/logging.hpp"
 #include "base/parallel_ranges.hpp"
 #include "model_io/load_model.hpp"
+#include "model_io/random_ranges.hpp"
 
 namespace so = superoffload;
 
@@ -97,7 +99,7 @@ TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 9000,
     "hidden_size": 1024, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
-    "num_key_value_heads": 8})";
+    "num_key_value_heads": 8, "pad_token_id": 5})";
   auto values = [&](int threads) {
     at::set_num_threads(threads);
     const auto model = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
@@ -113,6 +115,51 @@ TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
   ASSERT_GT(one.front().numel(), 2 * (int64_t{1} << 22));
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], four[i])) << "tensor " << i;
   EXPECT_GT(one.front().std().item<double>(), 0.0);
+}
+
+// Ranges across block boundaries, single elements, the padding row's edges and whole tensors,
+// drawn for the embedding, a decoder layer and the head.
+TEST(RandomInitialisation, RangesEqualTheWholeLayer) {
+  so::log::init(so::log::Level::warning);
+  const auto dir = std::filesystem::temp_directory_path() / ("so_range_init_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 9000,
+    "hidden_size": 1024, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
+    "num_key_value_heads": 8, "pad_token_id": 5})";
+  at::set_num_threads(3);
+  const auto whole = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
+  auto deferred = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11, /*defer=*/true);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(deferred.fill_ranges) << "random initialisation fills ranges";
+  const int64_t block = int64_t{1} << 22;
+  int64_t checked = 0;
+  for (size_t l = 0; l < whole->layers().size(); ++l) {
+    const auto expected = whole->layers()[l]->hf_parameters();
+    std::vector<std::pair<int64_t, int64_t>> spans;  // per parameter: begin, numel
+    std::vector<so::model::WeightRange> ranges;
+    std::vector<std::vector<float>> buffers;
+    for (size_t p = 0; p < expected.size(); ++p) {
+      const int64_t n = expected[p].second.numel();
+      for (auto [begin, numel] : {std::pair<int64_t, int64_t>{0, n}, {n - 1, 1}, {n / 3, n / 3},
+                                  {block - 100, 200}, {2 * block - 1, 2}, {5 * 1024 - 3, 1030}}) {
+        if (begin < 0 || numel <= 0 || begin + numel > n) continue;
+        buffers.emplace_back(static_cast<size_t>(numel), -7.0f);
+        ranges.push_back({p, begin, numel, nullptr});
+      }
+    }
+    for (size_t r = 0; r < ranges.size(); ++r) ranges[r].into = buffers[r].data();
+    deferred.fill_ranges(l, ranges);
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      const auto want = expected[ranges[r].parameter].second.detach().reshape({-1}).narrow(0, ranges[r].begin, ranges[r].numel);
+      const auto got = at::from_blob(buffers[r].data(), {ranges[r].numel}, at::kFloat);
+      EXPECT_TRUE(at::equal(want, got)) << "layer " << l << " " << expected[ranges[r].parameter].first << " ["
+                                        << ranges[r].begin << ", +" << ranges[r].numel << ")";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  // The padding row is zero in both.
+  EXPECT_EQ(whole->layers()[0]->hf_parameters()[0].second[5].abs().sum().item<double>(), 0.0);
 }
 
 }  // namespace
