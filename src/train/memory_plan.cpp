@@ -216,9 +216,12 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   } else {
     p.host_optimizer_bytes += state_bytes;
   }
-  // Set-up materialises one full layer in fp32 before sharding it (random initialisation), or a
-  // resume maps the checkpoint's file in windows of at most a layer's shard at a time
-  // (io::RankFileReader::kReadWindowBytes per thread); reading safetensors by shard needs neither.
+  // Set-up beyond the shards: a resume maps the checkpoint's file in windows of at most a
+  // layer's shard at a time (io::RankFileReader::kReadWindowBytes per thread); random
+  // initialisation by shard draws one 16 MiB block per thread (model_io/random_ranges; until
+  // 2026-11-27 it materialised a full fp32 layer, which this term was sized for); reading
+  // safetensors by shard needs neither. A layer in fp32 stays the bound: for random
+  // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).
   p.host_setup_bytes = 4 * largest;
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured: Open
