@@ -632,9 +632,9 @@ void TrainingRun::set_up_engine() {
   const bool fill_from_checkpoint = fill_from_checkpoint_;
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
-  // Weights from safetensors: each rank reads only its shards' bytes, straight into them
-  // (load_layer_ranges); random initialisation makes whole layers (each tensor seeded by its
-  // name) and the engine keeps the shard.
+  // Each rank fills only its own shards, straight into them: weights from safetensors by
+  // reading their bytes (load_layer_ranges), random initialisation by drawing their blocks
+  // (init_layer_ranges: the values whole layers would have).
   base::PhaseCost filling;
   const bool by_shard = !fill_from_checkpoint && loaded.fill_ranges != nullptr;
   const auto fill_shard =
