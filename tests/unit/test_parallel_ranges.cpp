@@ -92,14 +92,20 @@ TEST(ParallelRanges, IntegerSumIsExactAndThreadCountsAreBounded) {
   EXPECT_EQ(so::base::threads_for(int64_t{100} << 22, 1 << 22, 16), 16);
 }
 
-// A Llama whose embedding spans three initialisation blocks (9,000 × 1,024 > 2 × 4 Mi elements).
-TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
+// A Llama config whose embedding spans three initialisation blocks (9,000 × 1,024 > 2 × 4 Mi
+// elements), with a padding row (5), in a directory of its own.
+std::filesystem::path llama_directory(const std::string& tag) {
   so::log::init(so::log::Level::warning);
-  const auto dir = std::filesystem::temp_directory_path() / ("so_parallel_init_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("so_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 9000,
     "hidden_size": 1024, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
     "num_key_value_heads": 8, "pad_token_id": 5})";
+  return dir;
+}
+
+TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
+  const auto dir = llama_directory("parallel_init");
   auto values = [&](int threads) {
     at::set_num_threads(threads);
     const auto model = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
@@ -120,12 +126,7 @@ TEST(RandomInitialisation, SameValuesOnOneThreadAsOnFour) {
 // Ranges across block boundaries, single elements, the padding row's edges and whole tensors,
 // drawn for the embedding, a decoder layer and the head.
 TEST(RandomInitialisation, RangesEqualTheWholeLayer) {
-  so::log::init(so::log::Level::warning);
-  const auto dir = std::filesystem::temp_directory_path() / ("so_range_init_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 9000,
-    "hidden_size": 1024, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 8,
-    "num_key_value_heads": 8, "pad_token_id": 5})";
+  const auto dir = llama_directory("range_init");
   at::set_num_threads(3);
   const auto whole = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
   auto deferred = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11, /*defer=*/true);
