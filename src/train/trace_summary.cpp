@@ -287,6 +287,14 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
             [&](long a, long b) { return events[static_cast<size_t>(a)].start < events[static_cast<size_t>(b)].start; });
 
   auto name_of = [&](long i) { return i < 0 ? std::string() : events[static_cast<size_t>(i)].name; };
+  // The runtime call that launched device work, and the innermost operator around it (-1: none).
+  auto launch_of = [&](const Event& work) -> const Event* {
+    const auto launch = runtime_by_correlation.find(work.correlation);
+    return launch == runtime_by_correlation.end() ? nullptr : &events[static_cast<size_t>(launch->second)];
+  };
+  auto operator_around = [&](const Event& call) {
+    return host.around(call.thread, call.start, [](const Event& e) { return e.kind == Kind::cpu_op; });
+  };
   // The innermost superoffload annotation around time t on `thread`, else on the step's thread
   // (autograd runs a GPU's backward on a thread of its own).
   auto scope_at = [&](const std::string& thread, double t) {
@@ -334,12 +342,10 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
                                            [&](long i, double t) { return events[static_cast<size_t>(i)].start < t; });
         if (next != device_by_start.end() && events[static_cast<size_t>(*next)].start <= to + kNestingSlackUs) {
           const auto& work = events[static_cast<size_t>(*next)];
-          const auto launch = runtime_by_correlation.find(work.correlation);
-          if (launch != runtime_by_correlation.end()) {
-            const auto& call = events[static_cast<size_t>(launch->second)];
-            const long by = host.around(call.thread, call.start, [](const Event& e) { return e.kind == Kind::cpu_op; });
+          if (const Event* call = launch_of(work)) {
+            const long by = operator_around(*call);
             gap["next"] = shortened(work.name, 80);
-            gap["queued_by"] = by < 0 ? call.name : name_of(by);
+            gap["queued_by"] = by < 0 ? call->name : name_of(by);
           }
         }
       }
@@ -380,10 +386,10 @@ json summarize_trace(const json& trace, const TraceSummaryOptions& options) {
   // the superoffload scope it ran in. A kernel's name alone does not say which of a layer's
   // elementwise chains it belongs to.
   auto launched_by = [&](const Event& work) -> std::string {
-    const auto launch = runtime_by_correlation.find(work.correlation);
-    if (launch == runtime_by_correlation.end()) return {};
-    const auto& call = events[static_cast<size_t>(launch->second)];
-    long op = host.around(call.thread, call.start, [](const Event& e) { return e.kind == Kind::cpu_op; });
+    const Event* launch = launch_of(work);
+    if (!launch) return {};
+    const auto& call = *launch;
+    long op = operator_around(call);
     while (op >= 0) {
       const long parent = events[static_cast<size_t>(op)].parent;
       if (parent < 0 || events[static_cast<size_t>(parent)].kind != Kind::cpu_op) break;
