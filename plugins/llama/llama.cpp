@@ -8,6 +8,7 @@
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
+#include "model/blocks/swiglu.hpp"
 #include "model/blocks/token_tiles.hpp"
 #include "model/plugin.hpp"
 
@@ -88,27 +89,6 @@ Settings read_settings(const HfConfig& c) {
   return s;
 }
 
-class Mlp : public torch::nn::Module {
- public:
-  explicit Mlp(const Settings& s) {
-    if (s.fused) {
-      gate_up_proj = register_module("gate_up_proj", std::make_shared<Linear>(s.hidden, 2 * s.intermediate, false));
-    } else {
-      gate_proj = register_module("gate_proj", std::make_shared<Linear>(s.hidden, s.intermediate, s.mlp_bias));
-      up_proj = register_module("up_proj", std::make_shared<Linear>(s.hidden, s.intermediate, s.mlp_bias));
-    }
-    down_proj = register_module("down_proj", std::make_shared<Linear>(s.intermediate, s.hidden, s.mlp_bias));
-  }
-  at::Tensor forward(const at::Tensor& x) const {
-    if (gate_up_proj) {
-      const auto both = (*gate_up_proj)(x).chunk(2, -1);
-      return (*down_proj)(both[1] * at::silu(both[0]));
-    }
-    return (*down_proj)(at::silu((*gate_proj)(x)) * (*up_proj)(x));
-  }
-  std::shared_ptr<Linear> gate_proj, up_proj, gate_up_proj, down_proj;
-};
-
 class DecoderBlock : public model::Layer {
  public:
   DecoderBlock(const Settings& s, int64_t index, std::shared_ptr<const Rotary> rotary)
@@ -126,7 +106,8 @@ class DecoderBlock : public model::Layer {
                                                 .norm_eps = s.eps,
                                                 .sinks = false};
     self_attn = register_module("self_attn", std::make_shared<model::SelfAttention>(attention));
-    mlp = register_module("mlp", std::make_shared<Mlp>(s));
+    mlp = register_module("mlp", std::make_shared<model::SwigluMlp>(model::SwigluMlpOptions{
+                                         .hidden = s.hidden, .intermediate = s.intermediate, .bias = s.mlp_bias, .fused = s.fused}));
     input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(s.hidden, s.eps));
     post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(s.hidden, s.eps));
   }
@@ -138,7 +119,7 @@ class DecoderBlock : public model::Layer {
                                        [m](const at::Tensor& tokens) { return m->forward(tokens); });
   }
   std::shared_ptr<model::SelfAttention> self_attn;
-  std::shared_ptr<Mlp> mlp;
+  std::shared_ptr<model::SwigluMlp> mlp;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
 
  private:

@@ -2,6 +2,8 @@
 #include "experts.hpp"
 
 #include "grouped_gemm.hpp"
+#include "model/blocks/stacked_weights.hpp"
+#include "model/blocks/swiglu.hpp"
 
 namespace superoffload::plugins::moe {
 namespace {
@@ -48,10 +50,8 @@ at::Tensor swiglu_experts_grouped(const at::Tensor& input, const RoutedPairs& ro
     gate_up.push_back(up[e]);
   }
   // Gate and up in one product: [pairs, 2 · intermediate].
-  const auto projected = grouped_linear(input, stacked_experts(gate_up, 2), routed.ends);
-  const int64_t intermediate = gate.front().size(0);
-  const auto hidden = at::silu(projected.narrow(1, 0, intermediate)) * projected.narrow(1, intermediate, intermediate);
-  return grouped_linear(hidden, stacked_experts(down, 1), routed.ends);
+  const auto projected = grouped_linear(input, model::stacked_weights(gate_up, 2), routed.ends);
+  return grouped_linear(model::swiglu(projected), model::stacked_weights(down, 1), routed.ends);
 }
 
 at::Tensor swiglu_experts_loop(const at::Tensor& input, const RoutedPairs& routed, const std::vector<at::Tensor>& gate,

@@ -4,10 +4,8 @@
 // value is needed and no expert is a call of its own.
 //
 // The weights of the per-expert HF modules (Qwen3-MoE's and Mixtral's experts.<e>.gate_proj
-// …) become one [experts, out, in] operand without a copy where they lie evenly in one buffer,
-// as ZeRO-3's gathered layer lays them out (expert after expert, each expert's projections
-// adjacent); elsewhere (a model built outside the engine) they are stacked by a copy. Either
-// way each expert's parameter receives its own slice of the gradient.
+// …) become the one [experts, out, in] operand by model::stacked_weights (without a copy where
+// ZeRO-3's gathered layer holds them).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -16,11 +14,6 @@
 #include <vector>
 
 namespace superoffload::plugins::moe {
-
-// One operand [experts, Σ out_p, in] from `parts` per expert: weights[e * parts + p] is
-// expert e's projection p, [out_p, in]; the projections of an expert are stacked along the
-// rows (gate then up: one product gives both). Differentiable in every weight.
-at::Tensor stacked_experts(const std::vector<at::Tensor>& weights, int64_t parts);
 
 // y[rows of group e] = x[rows of group e] · weight[e]ᵀ for x [rows, in] sorted by group,
 // weight [experts, out, in] and `ends` the groups' end rows (int32, on x's device, the last

@@ -31,6 +31,7 @@
 #include "model/blocks/rms_norm.hpp"
 #include "model/blocks/rotary.hpp"
 #include "model/blocks/self_attention.hpp"
+#include "model/blocks/swiglu.hpp"
 #include "model/blocks/token_tiles.hpp"
 #include "model/load_balancing.hpp"
 #include "model/plugin.hpp"
@@ -274,17 +275,6 @@ class SparseMoe : public torch::nn::Module {
   Settings s_;
 };
 
-class DenseMlp : public torch::nn::Module {
- public:
-  explicit DenseMlp(const Settings& s) {
-    gate_proj = register_module("gate_proj", std::make_shared<Linear>(s.hidden, s.dense_intermediate, false));
-    up_proj = register_module("up_proj", std::make_shared<Linear>(s.hidden, s.dense_intermediate, false));
-    down_proj = register_module("down_proj", std::make_shared<Linear>(s.dense_intermediate, s.hidden, false));
-  }
-  at::Tensor forward(const at::Tensor& x) const { return (*down_proj)(at::silu((*gate_proj)(x)) * (*up_proj)(x)); }
-  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
-};
-
 class DecoderBlock : public model::Layer {
  public:
   DecoderBlock(const Settings& s, int64_t index, std::shared_ptr<const model::Rotary> rotary)
@@ -307,7 +297,7 @@ class DecoderBlock : public model::Layer {
     if (s.sparse[static_cast<size_t>(index)]) {
       moe = register_module(s.family == Family::mixtral ? "block_sparse_moe" : "mlp", std::make_shared<SparseMoe>(s));
     } else {
-      dense = register_module("mlp", std::make_shared<DenseMlp>(s));
+      dense = register_module("mlp", std::make_shared<model::SwigluMlp>(model::SwigluMlpOptions{.hidden = s.hidden, .intermediate = s.dense_intermediate}));
     }
     input_layernorm = register_module("input_layernorm", std::make_shared<model::RMSNorm>(s.hidden, s.eps));
     post_attention_layernorm =
@@ -335,7 +325,7 @@ class DecoderBlock : public model::Layer {
   }
   std::shared_ptr<model::SelfAttention> self_attn;
   std::shared_ptr<SparseMoe> moe;
-  std::shared_ptr<DenseMlp> dense;
+  std::shared_ptr<model::SwigluMlp> dense;
   std::shared_ptr<model::RMSNorm> input_layernorm, post_attention_layernorm;
 
  private:

@@ -74,21 +74,30 @@ void add_prepare_command(CLI::App& app, const GlobalOptions& globals, Run& run) 
       }
       data::PrepareStats stats;
       const bool rows = format == config::DataFormat::alpaca || format == config::DataFormat::chat;
-      // Every rank gathers every rank's tokens and assembles them: planned and checked once the
-      // counts are known, before those arrays are allocated; set beside the peak at the end.
+      // Rank 0 gathers every rank's tokens, assembles and writes them; the others hold their
+      // share until it is sent. Planned and checked once the counts are known, before those
+      // arrays are allocated (rank 0's node: its plan beside the others'; every rank of a node
+      // reaches the same verdict); set beside the peak at the end.
       train::CommandMemory plan;
       const auto check_plan = [&](const data::PrepareStats& counts) {
-        plan = train::plan_prepare_memory({.local_tokens = counts.local_tokens,
-                                           .local_records = counts.local_records,
-                                           .tokens = counts.tokens,
-                                           .records = counts.records,
-                                           .with_mask = format != config::DataFormat::jsonl,
-                                           .row_length = rows ? data.seq_len + 1 : 0,
-                                           .packing = data.packing});
-        train::check_command_memory(plan, world.local_size());
+        train::PrepareCounts shape{.local_tokens = counts.local_tokens,
+                                   .local_records = counts.local_records,
+                                   .tokens = counts.tokens,
+                                   .records = counts.records,
+                                   .with_mask = format != config::DataFormat::jsonl,
+                                   .row_length = rows ? data.seq_len + 1 : 0,
+                                   .packing = data.packing,
+                                   .assembles = false,
+                                   .ranks = world.size()};
+        const auto sender = train::plan_prepare_memory(shape);
+        shape.assembles = true;
+        const auto writer = train::plan_prepare_memory(shape);
+        plan = world.rank() == 0 ? writer : sender;
+        train::check_command_memory(sender, world.local_size(), world.node_index() == 0 ? &writer : nullptr);
       };
       const auto arrays = data::prepare_records(data, data::record_format(format), *tokenizer, world.world(), stats,
-                                                data::tokenizer_directory(tokenizer_path), check_plan);
+                                                data::tokenizer_directory(tokenizer_path), check_plan,
+                                                data::GatherTo::first_rank);
       if (world.rank() == 0) {
         data::write_token_file(options->output, arrays,
                                {{"source", data.path},

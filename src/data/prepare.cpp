@@ -14,11 +14,15 @@
 namespace superoffload::data {
 namespace {
 
-// Concatenates every rank's `local` in rank order, on every rank.
+// Concatenates every rank's `local` in rank order, on every rank (`root` < 0) or on rank `root`
+// alone (the others get an empty vector). `local` is consumed: freed once sent, or moved when
+// it is all there is (one rank), so that a rank never holds its share twice.
 template <class T>
-std::vector<T> all_gather(const std::vector<T>& local, MPI_Datatype type, MPI_Comm comm, const char* what) {
-  int world = 1;
+std::vector<T> gather(std::vector<T>&& local, MPI_Datatype type, MPI_Comm comm, int root, const char* what) {
+  int world = 1, rank = 0;
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
+  SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  if (world == 1) return std::move(local);
   SO_CHECK(local.size() < static_cast<size_t>(INT_MAX),
            "this rank's share of " << what << " (" << local.size() << ") exceeds MPI's count limit"
                                    << hint("prepare the data with more ranks, or split the file"));
@@ -31,8 +35,13 @@ std::vector<T> all_gather(const std::vector<T>& local, MPI_Datatype type, MPI_Co
     displacements[static_cast<size_t>(r)] = static_cast<int>(total);
     total += counts[static_cast<size_t>(r)];
   }
-  std::vector<T> all(static_cast<size_t>(total));
-  SO_CHECK_MPI(MPI_Allgatherv(local.data(), count, type, all.data(), counts.data(), displacements.data(), type, comm));
+  std::vector<T> all(root < 0 || rank == root ? static_cast<size_t>(total) : 0);
+  if (root >= 0) {
+    SO_CHECK_MPI(MPI_Gatherv(local.data(), count, type, all.data(), counts.data(), displacements.data(), type, root, comm));
+  } else {
+    SO_CHECK_MPI(MPI_Allgatherv(local.data(), count, type, all.data(), counts.data(), displacements.data(), type, comm));
+  }
+  std::vector<T>().swap(local);
   return all;
 }
 
@@ -93,7 +102,7 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
 
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
                             MPI_Comm comm, PrepareStats& stats, const std::string& template_dir,
-                            const std::function<void(const PrepareStats&)>& before_gather) {
+                            const std::function<void(const PrepareStats&)>& before_gather, GatherTo gather_to) {
   int rank = 0, world = 1;
   SO_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SO_CHECK_MPI(MPI_Comm_size(comm, &world));
@@ -134,27 +143,36 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   }
   stats.local_records = static_cast<int64_t>(local.lengths.size());
   stats.local_tokens = static_cast<int64_t>(local.tokens.size());
-  if (before_gather) {
-    SO_CHECK_MPI(MPI_Allreduce(&stats.local_records, &stats.records, 1, MPI_INT64_T, MPI_SUM, comm));
-    SO_CHECK_MPI(MPI_Allreduce(&stats.local_tokens, &stats.tokens, 1, MPI_INT64_T, MPI_SUM, comm));
-    before_gather(stats);
-  }
-  GatheredRecords all;
-  all.lengths = all_gather(local.lengths, MPI_INT64_T, comm, "records");
-  all.tokens = all_gather(local.tokens, MPI_UINT32_T, comm, "tokens");
-  if (format != RecordFormat::text) all.loss_mask = all_gather(local.loss_mask, MPI_UINT8_T, comm, "loss masks");
-  stats.records = static_cast<int64_t>(all.lengths.size());
-  stats.tokens = static_cast<int64_t>(all.tokens.size());
+  SO_CHECK_MPI(MPI_Allreduce(&stats.local_records, &stats.records, 1, MPI_INT64_T, MPI_SUM, comm));
+  SO_CHECK_MPI(MPI_Allreduce(&stats.local_tokens, &stats.tokens, 1, MPI_INT64_T, MPI_SUM, comm));
   SO_CHECK(stats.records > 0, data.path << " holds no records"
                                        << (stats.skipped > 0 ? " that can be trained on (all " + std::to_string(stats.skipped) +
                                                                    " skipped; the first: " + stats.first_skip + ")"
                                                              : std::string()));
-  if (format == RecordFormat::text) return assemble_stream(std::move(all));
-  auto rows = assemble_rows(all, data.seq_len + 1, data.packing, static_cast<uint32_t>(tokenizer.pad_id()), stats);
+  if (before_gather) before_gather(stats);
+  const int root = gather_to == GatherTo::first_rank ? 0 : -1;
+  const bool assembles = root < 0 || rank == root;
+  GatheredRecords all;
+  all.lengths = gather(std::move(local.lengths), MPI_INT64_T, comm, root, "records");
+  all.tokens = gather(std::move(local.tokens), MPI_UINT32_T, comm, root, "tokens");
+  if (format != RecordFormat::text) all.loss_mask = gather(std::move(local.loss_mask), MPI_UINT8_T, comm, root, "loss masks");
+  TokenArrays arrays;
+  if (format == RecordFormat::text) {
+    if (assembles) arrays = assemble_stream(std::move(all));
+    return arrays;
+  }
+  if (assembles) arrays = assemble_rows(all, data.seq_len + 1, data.packing, static_cast<uint32_t>(tokenizer.pad_id()), stats);
+  if (root >= 0) {  // the assembler's counts, so that every rank reports and refuses alike
+    int64_t counts[3] = {stats.rows, stats.truncated, stats.dropped};
+    SO_CHECK_MPI(MPI_Bcast(counts, 3, MPI_INT64_T, root, comm));
+    stats.rows = counts[0];
+    stats.truncated = counts[1];
+    stats.dropped = counts[2];
+  }
   SO_CHECK(stats.rows > 0, data.path << ": all " << stats.records << " instruction or chat samples lose their whole response when "
                                      << "cut to seq_len + 1 = " << data.seq_len + 1 << " tokens"
                                      << hint("raise [data] seq_len or shorten [data] prompt_template"));
-  return rows;
+  return arrays;
 }
 
 }  // namespace superoffload::data

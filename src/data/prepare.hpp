@@ -47,9 +47,14 @@ TokenArrays assemble_rows(const GatheredRecords& records, int64_t row_length, bo
 // `template_dir`: where chat records find the model's chat template (the tokenizer's directory).
 // `before_gather` (if set) runs on every rank once each has tokenized its share, with the
 // records and tokens of this rank and of all (`stats`), before anything is gathered: where
-// `prepare` plans and checks the memory the gathered arrays will take.
+// `prepare` plans and checks the memory the gathered arrays will take. `gather_to`: which ranks
+// receive the assembled arrays (training samples from all of them on every rank; `prepare`
+// writes them from rank 0, and the other ranks return empty arrays, holding only their share
+// until it is sent). `stats` is the same on every rank either way.
+enum class GatherTo { every_rank, first_rank };
 TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format, const Tokenizer& tokenizer,
                             MPI_Comm comm, PrepareStats& stats, const std::string& template_dir = {},
-                            const std::function<void(const PrepareStats&)>& before_gather = nullptr);
+                            const std::function<void(const PrepareStats&)>& before_gather = nullptr,
+                            GatherTo gather_to = GatherTo::every_rank);
 
 }  // namespace superoffload::data

@@ -1,17 +1,12 @@
-// Base implementations of the model contract: HF names, chunked loss, initialisation, FLOPs.
+// Base implementations of the model contract: HF names, chunked loss, FLOPs.
 #include "model/causal_lm.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 #include <cctype>
 
 #include "base/error.hpp"
-#include "base/parallel_ranges.hpp"
-#include "model/blocks/decoder_layers.hpp"
-#include "model/init_seeds.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -88,76 +83,6 @@ std::pair<LossSum, at::Tensor> HeadLayer::loss_and_backward(const at::Tensor& hi
   const auto total = chunked_loss(input, labels, chunk_tokens, context,
                                   [scale](const at::Tensor& chunk_loss) { (chunk_loss * scale).backward(); });
   return {total, input.grad()};
-}
-
-void CausalLM::init_parameters(uint64_t seed) {
-  for (size_t i = 0; i < layers().size(); ++i) init_layer_parameters(i, seed);
-}
-
-void CausalLM::init_layer_parameters(size_t layer_index, uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  const double std = initializer_range();
-  {
-    const auto& layer = layers().at(layer_index);
-    const auto parameters = layer->hf_parameters();
-    // A weight is drawn on the CPU in fp32, so its values are the same whatever the device and
-    // dtype: straight into a CPU fp32 tensor, else into a staging tensor copied over. It is
-    // drawn in blocks of kInitBlock elements, each from its own generator seeded by the
-    // tensor's name and the block's index (block 0 by the name alone, so a tensor of one block
-    // is what it always was): the values do not depend on the thread count, and the blocks are
-    // drawn in parallel on the rank's threads (as many as LibTorch's, which the binding set).
-    // On one thread an 8B's initialisation took 49-62 s on 16 cores of an H200 machine. The
-    // blocks of every CPU fp32 tensor of the layer are drawn together; a tensor that needs
-    // staging is drawn and copied on its own, so one staging tensor exists at a time.
-    struct Block {
-      at::Tensor flat;  // this block's elements of the target (or staging) tensor
-      uint64_t seed;
-    };
-    using init_seeds::kInitBlock;
-    auto blocks_of = [](const at::Tensor& tensor, uint64_t base, std::vector<Block>& blocks) {
-      const auto flat = tensor.view(-1);
-      for (int64_t begin = 0, index = 0; begin < flat.numel(); begin += kInitBlock, ++index) {
-        blocks.push_back({flat.narrow(0, begin, std::min(kInitBlock, flat.numel() - begin)),
-                          init_seeds::block_seed(base, index)});
-      }
-    };
-    auto draw = [std](std::vector<Block>& blocks) {
-      base::parallel_ranges(static_cast<int64_t>(blocks.size()), at::get_num_threads(), [&](int64_t begin, int64_t end) {
-        const torch::NoGradGuard no_grad_here;  // grad mode is per thread
-        for (int64_t i = begin; i < end; ++i) {
-          auto& block = blocks[static_cast<size_t>(i)];
-          block.flat.normal_(0.0, std, at::make_generator<at::CPUGeneratorImpl>(block.seed));
-        }
-      });
-      blocks.clear();
-    };
-    std::vector<Block> direct;
-    for (const auto& [name, tensor] : parameters) {
-      auto target = tensor;
-      switch (parameter_role(name)) {
-        case ParameterRole::bias: target.zero_(); break;
-        case ParameterRole::norm: target.fill_(1.0); break;
-        case ParameterRole::weight: {
-          const uint64_t base = init_seeds::weight_seed(seed, name);
-          if (target.is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous()) {
-            blocks_of(target, base, direct);
-          } else {
-            auto staging = at::empty(target.sizes(), at::kFloat);
-            std::vector<Block> staged;
-            blocks_of(staging, base, staged);
-            draw(staged);
-            target.copy_(staging);
-          }
-          break;
-        }
-      }
-    }
-    draw(direct);
-    if (const auto* embedding = dynamic_cast<const TokenEmbeddingLayer*>(layer.get());
-        embedding && embedding->padding_idx() >= 0) {
-      embedding->embed_tokens->weight[embedding->padding_idx()].zero_();
-    }
-  }
 }
 
 int64_t CausalLM::parameter_count(const std::string& name_part) const {

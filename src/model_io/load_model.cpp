@@ -5,7 +5,7 @@
 
 #include "base/error.hpp"
 #include "base/logging.hpp"
-#include "model_io/random_ranges.hpp"
+#include "model_io/random_init.hpp"
 #include "model_io/safetensors.hpp"
 #include "model_io/weights.hpp"
 
@@ -40,7 +40,7 @@ LoadedModel load_model(const std::string& directory, const std::string& plugin, 
     };
     out.materialize = [model, seed, defer, say](size_t layer) {
       say(defer ? ", layer by layer" : "");
-      model->init_layer_parameters(layer, seed);
+      init_layer(*model, layer, seed);
     };
     // A ZeRO rank draws its shard's elements only, straight into the shard (the same values).
     out.fill_ranges = [model, seed, say](size_t layer, const std::vector<WeightRange>& ranges) {

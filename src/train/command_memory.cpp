@@ -90,34 +90,53 @@ CommandMemory plan_prepare_memory(const PrepareCounts& c) {
   const double per_token = c.with_mask ? 5.0 : 4.0;  // uint32 id (+ uint8 loss mask)
   CommandMemory plan{"prepare", {}};
   plan.terms.emplace_back("program, libraries and tokenizer", resident_now());
-  plan.terms.emplace_back("this rank's tokens", per_token * static_cast<double>(c.local_tokens) +
-                                                    8.0 * static_cast<double>(c.local_records));
+  const double share = per_token * static_cast<double>(c.local_tokens) + 8.0 * static_cast<double>(c.local_records);
+  if (!c.assembles) {  // its share, freed once sent to the rank that writes the file
+    plan.terms.emplace_back("this rank's tokens", share);
+    return plan;
+  }
   plan.terms.emplace_back("every rank's tokens, gathered",
                           per_token * static_cast<double>(c.tokens) + 8.0 * static_cast<double>(c.records));
+  // data::prepare_records frees (or, on one rank, moves) the share as it is gathered: the
+  // share's bytes and the assembled arrays never exist at once, the larger of them counts.
+  double assembled = 8.0 * static_cast<double>(c.records);  // a document offset per record; the tokens are moved
+  std::string what = "document offsets";
   if (c.row_length > 0) {
     // data::assemble_rows reserves what the rows will hold: packed, the tokens and a tenth of
-    // padding; else a row per record. A document offset per record.
+    // padding; else a row per record.
     const double row_tokens = c.packing ? static_cast<double>(c.tokens) * 1.1 + static_cast<double>(c.row_length)
                                         : static_cast<double>(c.records) * static_cast<double>(c.row_length);
-    plan.terms.emplace_back("rows", per_token * row_tokens + 8.0 * static_cast<double>(c.records));
+    assembled += per_token * row_tokens;
+    what = "rows";
+  }
+  if (c.ranks > 1 && share > assembled) {
+    plan.terms.emplace_back("this rank's tokens (more than the " + what + ")", share);
   } else {
-    plan.terms.emplace_back("document offsets", 8.0 * static_cast<double>(c.records));  // the tokens are moved
+    plan.terms.emplace_back(what, assembled);
   }
   return plan;
 }
 
-void check_command_memory(const CommandMemory& plan, int processes_per_node) {
+void check_command_memory(const CommandMemory& plan, int processes_per_node, const CommandMemory* one_differs) {
   const double available = available_host_bytes();
-  const double needed = plan.total() * std::max(1, processes_per_node);
+  const int processes = std::max(1, processes_per_node);
+  const double needed = one_differs != nullptr ? one_differs->total() + (processes - 1) * plan.total() : processes * plan.total();
   if (available <= 0 || needed <= kPlanHeadroom * available) return;
-  char numbers[160];
-  std::snprintf(numbers, sizeof numbers, "about %.3g GB of host memory on this node (%d process(es) x %.3g GB)",
-                needed / 1e9, std::max(1, processes_per_node), plan.total() / 1e9);
+  char numbers[200];
+  if (one_differs != nullptr) {
+    std::snprintf(numbers, sizeof numbers, "about %.3g GB of host memory on this node (one process %.3g GB, %d x %.3g GB)",
+                  needed / 1e9, one_differs->total() / 1e9, processes - 1, plan.total() / 1e9);
+  } else {
+    std::snprintf(numbers, sizeof numbers, "about %.3g GB of host memory on this node (%d process(es) x %.3g GB)",
+                  needed / 1e9, processes, plan.total() / 1e9);
+  }
   char have[64];
   std::snprintf(have, sizeof have, "%.3g GB", available / 1e9);
   throw Error(plan.command + " needs " + numbers + " and the node has " + have +
-                  " available: it would be killed by the out-of-memory killer (" + plan.describe() + ")",
-              plan.command == "prepare" ? "run prepare on more nodes (ranks spread over them), or split the JSONL file"
+                  " available: it would be killed by the out-of-memory killer (" +
+                  (one_differs != nullptr ? one_differs->describe() : plan.describe()) + ")",
+              plan.command == "prepare" ? "prepare on a node with more free memory (only rank 0 holds every rank's "
+                                          "tokens), or split the JSONL file"
                                         : "run it on a node with more free memory",
               Error::UserInput{});
 }

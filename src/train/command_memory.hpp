@@ -37,20 +37,24 @@ CommandMemory plan_eval_memory(const EvalShape& model, int64_t sequences, int64_
 CommandMemory plan_export_memory(int64_t largest_tensor, int out_bytes, int read_threads);
 
 // `prepare`, per rank, once every rank has tokenized its share (the totals are known then, and
-// the large arrays are not yet allocated): this rank's share, every rank's gathered on every
-// rank, and the rows (or document offsets) they are assembled into. `with_mask`: instruction
-// and chat records (a loss-mask byte per token); `row_length` 0: a document stream.
+// the large arrays are not yet allocated). The rank that assembles and writes the file (rank 0)
+// holds every rank's tokens gathered and the rows (or document offsets) they are assembled
+// into; the others only their own share. `with_mask`: instruction and chat records (a loss-mask
+// byte per token); `row_length` 0: a document stream.
 struct PrepareCounts {
   int64_t local_tokens = 0, local_records = 0, tokens = 0, records = 0;
   bool with_mask = false;
   int64_t row_length = 0;
   bool packing = false;
+  bool assembles = true;
+  int ranks = 1;
 };
 CommandMemory plan_prepare_memory(const PrepareCounts& counts);
 
-// Throws a user error naming the numbers when `processes` such plans exceed kPlanHeadroom of
-// the node's available memory.
-void check_command_memory(const CommandMemory& plan, int processes_per_node);
+// Throws a user error naming the numbers when the node's processes exceed kPlanHeadroom of its
+// available memory: `processes_per_node` such plans, or `one_differs` and the rest such plans
+// (prepare's rank 0 beside the others).
+void check_command_memory(const CommandMemory& plan, int processes_per_node, const CommandMemory* one_differs = nullptr);
 
 // Logs "<command>: host memory: peak RSS ..., plan ... (plan/peak ...): terms" (rank 0's).
 void log_command_memory(const CommandMemory& plan);

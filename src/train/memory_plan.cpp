@@ -218,7 +218,8 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   }
   // Set-up beyond the shards: a resume maps the checkpoint's file in windows of at most a
   // layer's shard at a time (io::RankFileReader::kReadWindowBytes per thread); random
-  // initialisation by shard draws one 16 MiB block per thread (model_io/random_ranges; until
+  // initialisation by shard draws into the shard, a 16 MiB block per thread only where a shard
+  // cuts a block (model_io/random_init; until
   // 2026-11-27 it materialised a full fp32 layer, which this term was sized for); reading
   // safetensors by shard needs neither. A layer in fp32 stays the bound: for random
   // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).

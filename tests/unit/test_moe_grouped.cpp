@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "model/blocks/stacked_weights.hpp"
 #include "model_io/load_model.hpp"
 #include "moe/grouped_gemm.hpp"
 
@@ -144,11 +145,11 @@ TEST_F(MoeGrouped, ExpertsInOneBufferAreAViewWithAGradientEach) {
       offset += out * in;
     }
   }
-  const auto stacked = moe::stacked_experts(gate_up, 2);
+  const auto stacked = m::stacked_weights(gate_up, 2);
   EXPECT_EQ(stacked.sizes(), (at::IntArrayRef{experts, 2 * out, in}));
   EXPECT_EQ(stacked.const_data_ptr(), flat.narrow(0, 5, 1).const_data_ptr()) << "gate and up are not read in place";
   EXPECT_EQ(stacked.stride(0), 3 * out * in);
-  const auto down_stacked = moe::stacked_experts(down, 1);
+  const auto down_stacked = m::stacked_weights(down, 1);
   EXPECT_EQ(down_stacked.const_data_ptr(), flat.narrow(0, 5 + 2 * out * in, 1).const_data_ptr());
   for (int64_t e = 0; e < experts; ++e) {
     EXPECT_TRUE(at::equal(stacked[e].narrow(0, 0, out), gate_up[static_cast<size_t>(2 * e)].detach()));
@@ -173,7 +174,7 @@ TEST_F(MoeGrouped, ExpertsInOneBufferAreAViewWithAGradientEach) {
   // Weights that do not share a buffer are stacked by a copy, with the same results.
   std::vector<at::Tensor> separate;
   for (const auto& w : gate_up) separate.push_back(w.detach().clone().requires_grad_(true));
-  const auto copied = moe::stacked_experts(separate, 2);
+  const auto copied = m::stacked_weights(separate, 2);
   EXPECT_TRUE(at::equal(copied, stacked.detach()));
   EXPECT_NE(copied.const_data_ptr(), stacked.const_data_ptr());
 }

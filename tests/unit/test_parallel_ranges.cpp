@@ -2,6 +2,7 @@
 // every index once, and rethrows a range's exception; parallel_sum is exact for integers. Random
 // initialisation, which runs on it, draws the same values on 1 thread as on 4, and a rank's
 // ranges of a layer (init_layer_ranges: its shard) the same values as the whole layer.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
@@ -19,7 +20,7 @@
 #include "base/logging.hpp"
 #include "base/parallel_ranges.hpp"
 #include "model_io/load_model.hpp"
-#include "model_io/random_ranges.hpp"
+#include "model_io/random_init.hpp"
 
 namespace so = superoffload;
 
@@ -161,6 +162,37 @@ TEST(RandomInitialisation, RangesEqualTheWholeLayer) {
   EXPECT_GT(checked, 10);
   // The padding row is zero in both.
   EXPECT_EQ(whole->layers()[0]->hf_parameters()[0].second[5].abs().sum().item<double>(), 0.0);
+}
+
+// The values are a contract (a run restarted without a checkpoint draws the model it drew
+// before): a weight's first block is N(0, initializer_range) from a generator seeded by the
+// seed xor the FNV-1a hash of its HF name; norms are 1, and a tensor of one block is that draw.
+TEST(RandomInitialisation, AWeightIsDrawnFromItsNamesSeed) {
+  const auto dir = llama_directory("seeded_init");
+  const auto model = so::model::load_model(dir.string(), "auto", so::config::InitMode::random, 11).model;
+  std::filesystem::remove_all(dir);
+  auto fnv1a = [](const std::string& text) {
+    uint64_t hash = 1469598103934665603ull;
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+    return hash;
+  };
+  int weights = 0;
+  for (const auto& layer : model->layers()) {
+    for (const auto& [name, tensor] : layer->hf_parameters()) {
+      const auto flat = tensor.detach().reshape({-1});
+      if (name.find("norm") != std::string::npos) {
+        EXPECT_TRUE(at::equal(flat, at::ones_like(flat))) << name;
+        continue;
+      }
+      if (name == "model.embed_tokens.weight") continue;  // its padding row is 0
+      const int64_t first = std::min<int64_t>(flat.numel(), int64_t{1} << 22);
+      const auto expected = at::empty({first}).normal_(0.0, model->initializer_range(),
+                                                         at::make_generator<at::CPUGeneratorImpl>(11 ^ fnv1a(name)));
+      EXPECT_TRUE(at::equal(flat.narrow(0, 0, first), expected)) << name;
+      ++weights;
+    }
+  }
+  EXPECT_GE(weights, 7);
 }
 
 }  // namespace

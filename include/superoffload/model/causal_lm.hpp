@@ -151,13 +151,6 @@ class CausalLM {
   // Checkpoint tensors that are buffers, not parameters, here (e.g. stored causal masks).
   virtual bool ignorable_checkpoint_tensor(const std::string& name) const { return false; }
 
-  // Random initialisation without weights: norms 1, biases 0, the rest N(0, initializer_range)
-  // (by parameter_role), and an embedding's padding row 0 as HF's nn.Embedding(padding_idx).
-  // Each tensor's generator is seeded from `seed` and its HF name, so the values do not
-  // depend on layer order, partitioning or world size.
-  void init_parameters(uint64_t seed);
-  // The same for one layer (streaming set-up: layers materialised one at a time).
-  void init_layer_parameters(size_t layer, uint64_t seed);
   // Every HF parameter name of the model, in layer order.
   std::vector<std::string> hf_parameter_names() const;
   // Elements of the parameters whose HF name contains `name_part` (all when empty), counted

@@ -3,6 +3,7 @@
 
 #include "model/blocks/sequence_parallel_attention.hpp"
 #include "model/blocks/rotary.hpp"
+#include "model/blocks/stacked_weights.hpp"
 
 namespace superoffload::model {
 
@@ -33,6 +34,17 @@ at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, co
     q = qkv.narrow(-1, 0, nq);
     k = qkv.narrow(-1, nq, nkv);
     v = qkv.narrow(-1, nq + nkv, nkv);
+  } else if (const auto qkv_weight = q_proj->bias.defined() || !fuses_projections(x.device())
+                                        ? at::Tensor()
+                                        : stacked_in_place({q_proj->weight, k_proj->weight, v_proj->weight});
+             qkv_weight.defined()) {
+    // q, k and v back to back (a gathered layer): one product for the three, whose gradient
+    // comes back as one tensor (split_with_sizes' backward concatenates) and one product.
+    const auto qkv = at::linear(x, qkv_weight).split_with_sizes({q_proj->weight.size(0), k_proj->weight.size(0),
+                                                                 v_proj->weight.size(0)}, -1);
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
   } else {
     q = (*q_proj)(x);
     k = (*k_proj)(x);

@@ -1,20 +1,48 @@
-// init_layer_ranges.
-#include "model_io/random_ranges.hpp"
+// init_layer_ranges and init_layer.
+#include "model_io/random_init.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <string>
 
 #include "base/parallel_ranges.hpp"
 #include "model/blocks/decoder_layers.hpp"
-#include "model/init_seeds.hpp"
 
 namespace superoffload::model {
+namespace {
+
+// 4 Mi elements: the tensors of the tiny models the tests and the demo use are one block each.
+constexpr int64_t kInitBlock = int64_t{1} << 22;
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// A 64-bit mix (SplitMix64's finaliser): seeds of a weight's later blocks, far apart.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Block 0 is seeded by the name alone: a weight of one block is what it always was.
+uint64_t weight_seed(uint64_t seed, const std::string& hf_name) { return seed ^ fnv1a(hf_name); }
+uint64_t block_seed(uint64_t weight, int64_t block) {
+  return block == 0 ? weight : splitmix64(weight + static_cast<uint64_t>(block));
+}
+
+}  // namespace
 
 void init_layer_ranges(const CausalLM& model, size_t layer_index, uint64_t seed, const std::vector<WeightRange>& ranges) {
-  using init_seeds::kInitBlock;
   const auto& layer = model.layers().at(layer_index);
   const auto parameters = layer->hf_parameters();
   // A weight's blocks that overlap a range: each is drawn whole (its values depend on its
@@ -33,7 +61,7 @@ void init_layer_ranges(const CausalLM& model, size_t layer_index, uint64_t seed,
       case ParameterRole::norm: std::fill_n(range.into, range.numel, 1.0f); break;
       case ParameterRole::weight:
         for (int64_t b = range.begin / kInitBlock; b * kInitBlock < range.begin + range.numel; ++b) {
-          draws.push_back({&range, init_seeds::weight_seed(seed, name), b, tensor.numel()});
+          draws.push_back({&range, weight_seed(seed, name), b, tensor.numel()});
         }
         break;
     }
@@ -45,9 +73,14 @@ void init_layer_ranges(const CausalLM& model, size_t layer_index, uint64_t seed,
     for (int64_t i = first; i < last; ++i) {
       const auto& d = draws[static_cast<size_t>(i)];
       const int64_t start = d.block * kInitBlock, size = std::min(kInitBlock, d.weight_numel - start);
-      if (!block.defined() || block.numel() != size) block = at::empty({size}, at::kFloat);
-      block.normal_(0.0, std, at::make_generator<at::CPUGeneratorImpl>(init_seeds::block_seed(d.weight_seed, d.block)));
       const int64_t from = std::max(start, d.range->begin), to = std::min(start + size, d.range->begin + d.range->numel);
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(block_seed(d.weight_seed, d.block));
+      if (from == start && to == start + size) {  // the whole block is wanted: drawn in place
+        at::from_blob(d.range->into + (from - d.range->begin), {size}, at::kFloat).normal_(0.0, std, generator);
+        continue;
+      }
+      if (!block.defined() || block.numel() != size) block = at::empty({size}, at::kFloat);
+      block.normal_(0.0, std, generator);
       std::copy_n(block.const_data_ptr<float>() + (from - start), to - from, d.range->into + (from - d.range->begin));
     }
   });
@@ -62,6 +95,25 @@ void init_layer_ranges(const CausalLM& model, size_t layer_index, uint64_t seed,
       if (from < to) std::fill(range.into + (from - range.begin), range.into + (to - range.begin), 0.0f);
     }
   }
+}
+
+void init_layer(CausalLM& model, size_t layer_index, uint64_t seed) {
+  const torch::NoGradGuard no_grad;
+  const auto parameters = model.layers().at(layer_index)->hf_parameters();
+  // CPU fp32 parameters are drawn into in place, all together (their blocks in parallel); any
+  // other through an fp32 staging tensor, one parameter at a time, so one staging tensor exists.
+  std::vector<WeightRange> direct;
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    auto tensor = parameters[p].second;
+    if (tensor.is_cpu() && tensor.scalar_type() == at::kFloat && tensor.is_contiguous()) {
+      direct.push_back({p, 0, tensor.numel(), tensor.data_ptr<float>()});
+      continue;
+    }
+    auto staging = at::empty(tensor.sizes(), at::kFloat);
+    init_layer_ranges(model, layer_index, seed, {{p, 0, tensor.numel(), staging.data_ptr<float>()}});
+    tensor.copy_(staging);
+  }
+  init_layer_ranges(model, layer_index, seed, direct);
 }
 
 }  // namespace superoffload::model
