@@ -114,6 +114,7 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
   const bool chat = format == RecordFormat::chat;
   int64_t skipped = 0;
   std::string first_skip;
+  bool reserved = false;
   const double start_s = base::now_s();
   double last_report_s = start_s;
   const RecordTokenizer::Where where = [&reader] { return reader.where(); };
@@ -122,6 +123,17 @@ TokenArrays prepare_records(const config::DataConfig& data, RecordFormat format,
     if (!tokenized.skipped.empty()) {
       if (skipped++ == 0) first_skip = reader.where() + ": " + tokenized.skipped;
       continue;
+    }
+    if (!reserved && reader.progress() >= 0.01) {
+      // A vector that outgrows its capacity holds its old and new copy at once: up to twice the
+      // share at the peak (a 60M-token share: 0.82 GiB where 0.67 GiB stay). Capacity for the
+      // share projected from its first per cent instead, twice over: pages never written cost
+      // no memory, and a file that is denser later still grows as before.
+      reserved = true;
+      const double scale = 2.0 / reader.progress();
+      local.tokens.reserve(static_cast<size_t>(scale * static_cast<double>(local.tokens.size())));
+      local.loss_mask.reserve(static_cast<size_t>(scale * static_cast<double>(local.loss_mask.size())));
+      local.lengths.reserve(static_cast<size_t>(scale * static_cast<double>(local.lengths.size())));
     }
     local.tokens.insert(local.tokens.end(), tokenized.tokens.begin(), tokenized.tokens.end());
     local.loss_mask.insert(local.loss_mask.end(), tokenized.loss_mask.begin(), tokenized.loss_mask.end());

@@ -89,16 +89,10 @@ CommandMemory plan_export_memory(int64_t largest_tensor, int out_bytes, int read
 CommandMemory plan_prepare_memory(const PrepareCounts& c) {
   const double per_token = c.with_mask ? 5.0 : 4.0;  // uint32 id (+ uint8 loss mask)
   CommandMemory plan{"prepare", {}};
-  plan.terms.emplace_back("program, libraries and tokenizer", resident_now());
+  // Measured once this rank has tokenized its share: the share is resident already.
+  plan.terms.emplace_back("program, libraries, tokenizer and this rank's tokens", resident_now());
+  if (!c.assembles) return plan;  // it sends its share and is done
   const double share = per_token * static_cast<double>(c.local_tokens) + 8.0 * static_cast<double>(c.local_records);
-  if (!c.assembles) {  // its share, freed once sent to the rank that writes the file
-    plan.terms.emplace_back("this rank's tokens", share);
-    return plan;
-  }
-  plan.terms.emplace_back("every rank's tokens, gathered",
-                          per_token * static_cast<double>(c.tokens) + 8.0 * static_cast<double>(c.records));
-  // data::prepare_records frees (or, on one rank, moves) the share as it is gathered: the
-  // share's bytes and the assembled arrays never exist at once, the larger of them counts.
   double assembled = 8.0 * static_cast<double>(c.records);  // a document offset per record; the tokens are moved
   std::string what = "document offsets";
   if (c.row_length > 0) {
@@ -109,8 +103,12 @@ CommandMemory plan_prepare_memory(const PrepareCounts& c) {
     assembled += per_token * row_tokens;
     what = "rows";
   }
-  if (c.ranks > 1 && share > assembled) {
-    plan.terms.emplace_back("this rank's tokens (more than the " + what + ")", share);
+  // On one rank the share is moved, not gathered. Otherwise data::prepare_records frees the share
+  // once it is sent: the arrays assembled next reuse that much of the peak.
+  if (c.ranks > 1) {
+    plan.terms.emplace_back("every rank's tokens, gathered",
+                            per_token * static_cast<double>(c.tokens) + 8.0 * static_cast<double>(c.records));
+    plan.terms.emplace_back(what + " beyond the freed share", std::max(0.0, assembled - share));
   } else {
     plan.terms.emplace_back(what, assembled);
   }
