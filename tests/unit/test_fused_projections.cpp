@@ -11,17 +11,14 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "base/logging.hpp"
 #include "model/blocks/stacked_weights.hpp"
 #include "model/blocks/swiglu.hpp"
+#include "config_models.hpp"
 #include "model_io/load_model.hpp"
 
 namespace m = superoffload::model;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -104,20 +101,7 @@ class ProductCount {
   static inline thread_local int count_ = 0;
 };
 
-class FusedBlocks : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { superoffload::log::init(superoffload::log::Level::warning); }
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("so_fused_projections_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::shared_ptr<m::CausalLM> build(const std::string& config) {
-    std::ofstream(dir_ / "config.json") << config;
-    return m::load_model(dir_.string(), "auto", superoffload::config::InitMode::random, 5).model;
-  }
-  fs::path dir_;
-};
+using FusedBlocks = superoffload::testing::ConfigModels;
 
 struct BlockRun {
   std::vector<at::Tensor> values;  // output, input gradient, parameter gradients

@@ -8,17 +8,14 @@
 
 #include <malloc.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "base/logging.hpp"
 #include "model/blocks/token_tiles.hpp"
+#include "config_models.hpp"
 #include "model_io/load_model.hpp"
 #include "peak_rss.hpp"
 
 namespace m = superoffload::model;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -59,20 +56,7 @@ TEST(TokenTiles, EqualUntiledInOutputAndEveryGradient) {
   EXPECT_TRUE(at::allclose(plain, at::linear(x, w1), 1e-6, 1e-7));
 }
 
-class TiledBlocks : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { superoffload::log::init(superoffload::log::Level::warning); }
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("so_token_tiles_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::shared_ptr<m::CausalLM> build(const std::string& config) {
-    std::ofstream(dir_ / "config.json") << config;
-    return m::load_model(dir_.string(), "auto", superoffload::config::InitMode::random, 5).model;
-  }
-  fs::path dir_;
-};
+using TiledBlocks = superoffload::testing::ConfigModels;
 
 struct BlockRun {
   std::vector<at::Tensor> values;  // output, input gradient, parameter gradients
