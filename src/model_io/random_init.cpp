@@ -74,13 +74,8 @@ void init_layer_ranges(const CausalLM& model, size_t layer_index, uint64_t seed,
       const auto& d = draws[static_cast<size_t>(i)];
       const int64_t start = d.block * kInitBlock, size = std::min(kInitBlock, d.weight_numel - start);
       const int64_t from = std::max(start, d.range->begin), to = std::min(start + size, d.range->begin + d.range->numel);
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(block_seed(d.weight_seed, d.block));
-      if (from == start && to == start + size) {  // the whole block is wanted: drawn in place
-        at::from_blob(d.range->into + (from - d.range->begin), {size}, at::kFloat).normal_(0.0, std, generator);
-        continue;
-      }
       if (!block.defined() || block.numel() != size) block = at::empty({size}, at::kFloat);
-      block.normal_(0.0, std, generator);
+      block.normal_(0.0, std, at::make_generator<at::CPUGeneratorImpl>(block_seed(d.weight_seed, d.block)));
       std::copy_n(block.const_data_ptr<float>() + (from - start), to - from, d.range->into + (from - d.range->begin));
     }
   });

@@ -138,7 +138,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // chunks of at most 2^25 elements.
   const double total = static_cast<double>(m.parameters);
   const double bucket = static_cast<double>(cfg.zero.reduce_bucket_size);
-  const double in_flight = ranks > 1 ? std::min(2 * bucket * (1 + 1.0 / ranks), total)
+  // A chunk never spans layers: at most a layer's gradient (every rank's slice of it) when the
+  // bucket is larger than the layer.
+  const double chunk = std::min(bucket, largest);
+  const double in_flight = ranks > 1 ? std::min(2 * chunk * (1 + 1.0 / ranks), total)
                                      : std::min(2 * std::min(bucket, static_cast<double>(zero::GradientReducer::kOneRankChunk)),
                                                 total * cpu_share);
   // A MoE layer's backward also holds the gradient of its experts' weights as the grouped
@@ -218,8 +221,7 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   }
   // Set-up beyond the shards: a resume maps the checkpoint's file in windows of at most a
   // layer's shard at a time (io::RankFileReader::kReadWindowBytes per thread); random
-  // initialisation by shard draws into the shard, a 16 MiB block per thread only where a shard
-  // cuts a block (model_io/random_init; until
+  // initialisation by shard draws one 16 MiB block per thread (model_io/random_init; until
   // 2026-11-27 it materialised a full fp32 layer, which this term was sized for); reading
   // safetensors by shard needs neither. A layer in fp32 stays the bound: for random
   // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).
