@@ -38,8 +38,9 @@ at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, co
                                         ? at::Tensor()
                                         : stacked_in_place({q_proj->weight, k_proj->weight, v_proj->weight});
              qkv_weight.defined()) {
-    // q, k and v back to back (a gathered layer): one product for the three, whose gradient
-    // comes back as one tensor (split_with_sizes' backward concatenates) and one product.
+    // q, k and v back to back (a gathered layer, on a GPU): one product for the three in
+    // forward; in backward split_with_sizes joins their gradients into one tensor, so the input's
+    // and the weights' gradients are one product each.
     const auto qkv = at::linear(x, qkv_weight).split_with_sizes({q_proj->weight.size(0), k_proj->weight.size(0),
                                                                  v_proj->weight.size(0)}, -1);
     q = qkv[0];
