@@ -144,10 +144,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double in_flight = ranks > 1 ? std::min(2 * chunk * (1 + 1.0 / ranks), total)
                                      : std::min(2 * std::min(bucket, static_cast<double>(zero::GradientReducer::kOneRankChunk)),
                                                 total * cpu_share);
-  // A MoE layer's backward also holds the gradient of its experts' weights as the grouped
-  // product sees them, stacked [experts, rows, in], before it is split into each expert's.
-  p.device_reduce_bytes = compute_bytes * (largest_computed + experts_all / static_cast<double>(p.expert_parallel)) +
-                          4 * in_flight;
+  // A MoE layer's experts' gradients are views of the one stacked gradient the grouped product
+  // writes (model::stacked_weights; tests/unit/test_moe_grouped.cpp checks it): counted once, in
+  // the layer's gradients.
+  p.device_reduce_bytes = compute_bytes * largest_computed + 4 * in_flight;
   const double micro = static_cast<double>(std::max<int64_t>(1, cfg.training.train_micro_batch_size_per_gpu));
   // A rank's tokens: under sequence parallelism its shard of each row. Attention's exchange
   // turns them into the whole row for 1/P of the heads, the same bytes, within the working set.

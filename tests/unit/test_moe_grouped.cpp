@@ -171,6 +171,9 @@ TEST_F(MoeGrouped, ExpertsInOneBufferAreAViewWithAGradientEach) {
     EXPECT_TRUE(at::allclose(gate_up[static_cast<size_t>(2 * e + 1)].grad(), expected.narrow(0, out, out), 1e-5, 1e-6))
         << e;
   }
+  // The experts' gradients are views of the one stacked gradient the product wrote, not copies
+  // (train/memory_plan.cpp counts it once).
+  EXPECT_TRUE(gate_up[0].grad().storage().is_alias_of(gate_up[5].grad().storage()));
   // Weights that do not share a buffer are stacked by a copy, with the same results.
   std::vector<at::Tensor> separate;
   for (const auto& w : gate_up) separate.push_back(w.detach().clone().requires_grad_(true));
