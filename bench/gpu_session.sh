@@ -622,8 +622,8 @@ PY
     --set zero.reduce_bucket_size=200000000 || status=1; }
   # RoPE's two formulations (HF's, and ours since these traces) on this device: seconds.
   "$machine_python" bench/rotary_formulations.py --device "$gpu" --rounds 9 2>&1 | sed 's/^summary: /RESULT trace /'
-  # q/k/v and gate/up as one product each (on by default on a GPU since 2026-11-28) against
-  # separate products: one 8B-shaped block, bf16, forward and backward.
+  # q/k/v and gate/up as one product each (off by default: 0.95x on an H100, 2026-11-28)
+  # against separate products: one 8B-shaped block, bf16, forward and backward.
   within 60 "$built_root/build/bin/bench_fused_projections" --device "$gpu" --dtype bf16 --shapes llama-3.1-8b \
     --tokens 4096,8192 --rounds 5 2>&1 | sed -n 's/^summary: /RESULT trace /p'
   # Every rank's summary of every run in one file, keyed "<run>.rank_<R>".

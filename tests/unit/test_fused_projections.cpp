@@ -4,8 +4,8 @@
 // refused (the caller multiplies weight by weight); swiglu equals silu(gate) · up bit for bit in
 // value and gradients; and each family's decoder block bound to one buffer, as the engine binds
 // it, runs fewer products with the same output and gradients as with separate weights — on a
-// GPU by default, on this CPU when SUPEROFFLOAD_FUSED_PROJECTIONS = "always" (by default a CPU
-// keeps the separate products, which the parity tests hold bitwise to their references).
+// request (SUPEROFFLOAD_FUSED_PROJECTIONS = "always"; by default nowhere: it measured slower on an
+// H100, and a CPU keeps the separate products the parity tests hold bitwise to their references).
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
@@ -173,7 +173,7 @@ TEST_F(FusedBlocks, EveryFamilysBlockInOneBufferEqualsItsSeparateSelfWithFewerPr
     bind_to_one_buffer(block);
     ::unsetenv("SUPEROFFLOAD_FUSED_PROJECTIONS");
     EXPECT_FALSE(m::fuses_projections(at::kCPU));
-    EXPECT_TRUE(m::fuses_projections(at::Device(at::kCUDA, 0)));
+    EXPECT_FALSE(m::fuses_projections(at::Device(at::kCUDA, 0)));
     const auto cpu_default = run_block(block, x, upstream);
     EXPECT_EQ(cpu_default.products, separate.products) << family << ": a CPU fused by default";
     for (size_t i = 0; i < separate.values.size(); ++i) {

@@ -38,7 +38,7 @@ at::Tensor SelfAttention::forward(const at::Tensor& x, const at::Tensor& cos, co
                                         ? at::Tensor()
                                         : stacked_in_place({q_proj->weight, k_proj->weight, v_proj->weight});
              qkv_weight.defined()) {
-    // q, k and v back to back (a gathered layer, on a GPU): one product for the three in
+    // q, k and v back to back (a gathered layer, when asked for): one product for the three in
     // forward; in backward split_with_sizes joins their gradients into one tensor, so the input's
     // and the weights' gradients are one product each.
     const auto qkv = at::linear(x, qkv_weight).split_with_sizes({q_proj->weight.size(0), k_proj->weight.size(0),

@@ -4,10 +4,10 @@
 // GEMM for q/k/v and one for gate/up in forward, and one each for the input's and the weights'
 // gradients in backward — while every weight still receives its own slice of the gradient.
 //
-// Where it pays: on a GPU (fewer launches and tails, no sum of three input gradients). On a CPU
-// the products are large enough that it changes nothing (bench/bench_fused_projections: 0.999-
-// 1.016x for a Llama-3.2-1B block on a Sapphire Rapids), while the other shapes change the
-// kernels' summation order against the unfused reference the parity tests hold to.
+// It does not pay for the blocks' projections: bench/bench_fused_projections measured fused/
+// separate 0.999-1.016x on a Sapphire Rapids CPU (Llama-3.2-1B block, fp32) and 0.949x / 0.959x
+// on an H100 (Llama-3.1-8B block, bf16, 4,096 / 8,192 tokens; 2026-11-28), and on a CPU the other
+// shapes move the parity tests off their references. The experts' grouped products need it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,8 +17,8 @@
 
 namespace superoffload::model {
 
-// Whether the blocks fuse their projections for inputs on `device`: on GPUs. The environment
-// variable SUPEROFFLOAD_FUSED_PROJECTIONS = "always" | "never" overrides it (tests, benchmarks).
+// Whether the blocks fuse their projections for inputs on `device`: by default nowhere (see
+// above). SUPEROFFLOAD_FUSED_PROJECTIONS = "always" | "never" overrides it (tests, benchmarks).
 bool fuses_projections(const at::Device& device);
 
 // [Σ rows, in]: the 2-D `weights` [rows_i, in] stacked along their rows, as a tensor on their

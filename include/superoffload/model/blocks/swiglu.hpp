@@ -1,6 +1,6 @@
 // SwiGLU as the Llama, Mistral, Qwen and Phi3 families define it, down(silu(gate(x)) · up(x)),
 // with gate and up computed by one matrix product where their weights allow (Phi3's fused
-// gate_up_proj always; separate gate_proj/up_proj on a GPU when ZeRO-3's gathered buffer holds
+// gate_up_proj always; separate gate_proj/up_proj on request when ZeRO-3's gathered buffer holds
 // them back to back, model/blocks/stacked_weights.hpp), and the activation then as one autograd
 // node over the product's [.., 2 · intermediate] output.
 #pragma once
