@@ -63,6 +63,11 @@ model.load_state_dict(state, assign=True)
 print(time.perf_counter() - start)
 PY
 }
+# First touch of fresh memory on the threads of one rank of 1 (the phases besides reading mostly
+# make new resident memory: buffers, moments, gradients), measured here so that they can be set
+# beside what that much new memory costs on this machine at the time of the run.
+touch_line=$("$root/build/bin/bench_first_touch" --gib 4 --threads "$(nproc)" --rounds 3 | tail -1)
+touch_gbps=$(sed -E 's/.* ([0-9.]+) GB\/s.*/\1/' <<< "$touch_line")
 drop
 torch_cold=$(torch_load)
 torch_warm=$(torch_load)
@@ -97,13 +102,15 @@ run() {
     || { echo "run $ranks $source $cache failed: $(tail -3 "$out.log")" >&2; return 1; }
   local checkpoint_bytes=0
   [[ $source == checkpoint ]] && checkpoint_bytes=$(du -sb "$work/ckpt_$ranks/checkpoints" | cut -f1)
-  "$py" - "$out/metrics.h5" "$ranks" "$source" "$cache" "$bytes" "$cat_cold" "$cat_warm" "$checkpoint_bytes" <<'PY'
+  "$py" - "$out/metrics.h5" "$ranks" "$source" "$cache" "$bytes" "$cat_cold" "$cat_warm" "$checkpoint_bytes" "$touch_gbps" <<'PY'
 import json, math, sys, h5py
 path, ranks, source, cache, size, cat_cold, cat_warm = sys.argv[1:8]
+touch_gbps = float(sys.argv[9])
 size, baseline = int(size), float(cat_cold if cache == "cold" else cat_warm)
 with h5py.File(path, "r") as f:
     names = json.loads(f["startup/seconds"].attrs["phases"])
     seconds, read = f["startup/seconds"][...], f["startup/bytes_read"][...]
+    growth = f["startup/rss_growth_bytes"][...]
 total = float(sum(s for s in seconds if not math.isnan(s)))
 reading = [i for i, n in enumerate(names) if n in ("weights read", "checkpoint resume")]
 read_s = float(sum(seconds[i] for i in reading)) if reading else float("nan")
@@ -114,9 +121,12 @@ gbps = read_b / read_s / 1e9 if read_s > 0 and read_b > 0 else float("nan")
 base_gbps = size / baseline / 1e9
 step = float(seconds[names.index("first step")]) if "first step" in names else 0.0
 other = total - step - (read_s if not math.isnan(read_s) else 0.0)
+first = names.index("first step") if "first step" in names else -1
+other_growth = sum(float(g) for i, g in enumerate(growth) if i not in reading and i != first and not math.isnan(g))
+touch_s = other_growth / 1e9 / touch_gbps
 phase = names[reading[0]] if reading else "(no read phase)"
 print(f"{source:11s} {ranks:>5s} {cache:5s} {total:8.2f} {phase:>16s} {read_s:7.2f} {read_b / 1e9:7.2f} {gbps:6.2f} "
-      f"{gbps / base_gbps:7.2f} {step:8.2f} {100 * other / total:6.1f}%")
+      f"{gbps / base_gbps:7.2f} {step:8.2f} {100 * other / total:6.1f}% {other:7.2f} {touch_s:7.2f}")
 PY
 }
 
@@ -124,10 +134,11 @@ echo
 echo "model: $shape; weights: $(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }') GB in $(ls "$model"/*.safetensors | wc -l) files"
 awk -v b="$bytes" -v c="$cat_cold" -v w="$cat_warm" -v tc="$torch_cold" -v tw="$torch_warm" 'BEGIN {
   printf "baseline cat, cold: %.2f s (%.2f GB/s); warm (page-cache copy): %.2f s (%.2f GB/s)\n", c, b / c / 1e9, w, b / w / 1e9
+  printf "baseline first touch (bench_first_touch): %s\n", "'"$touch_line"'"
   printf "baseline plain LibTorch (read, safetensors load, load_state_dict): cold %.2f s (%.2f GB/s), warm %.2f s (%.2f GB/s)\n",
          tc, b / tc / 1e9, tw, b / tw / 1e9 }'
 echo
-echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  vs cat  step 1 s  other"
+echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  vs cat  step 1 s  other  other s  touch s"
 for ranks in 1 2; do
   for source in safetensors checkpoint; do
     for cache in cold warm; do run "$ranks" "$source" "$cache"; done
@@ -135,4 +146,5 @@ for ranks in 1 2; do
 done
 echo
 echo "read GB/s per rank's own bytes; 'vs cat': that against cat's GB/s of the whole files at the same cache state;"
-echo "'other': the share of the start-up that is neither reading nor step 1 (goal <= 20%)."
+echo "'other': the share of the start-up that is neither reading nor step 1 (goal <= 20%), in seconds beside it;"
+echo "'touch s': the first touch of the new resident memory those phases made, at the baseline's GB/s (their bound)."

@@ -181,6 +181,32 @@ void advise_will_need(const std::byte* data, size_t length) { advise(data, lengt
 // files would otherwise be resident until the run ends.
 void advise_done(const std::byte* data, size_t length) { advise(data, length, MADV_DONTNEED); }
 
+// Asks the kernel to read `ranges` of `parameters` (those stored as floats) ahead of use.
+void will_need(const CausalLM& model, SafetensorsCheckpoint& checkpoint,
+               const std::vector<std::pair<std::string, at::Tensor>>& parameters, const std::vector<WeightRange>& ranges) {
+  for (const auto& r : ranges) {
+    const auto& [name, parameter] = parameters.at(r.parameter);
+    const auto stored = checkpoint_name(model, checkpoint, name);
+    if (is_mxfp4(checkpoint, stored) || !checkpoint.contains(stored)) continue;
+    const auto& view = checkpoint.get(stored);
+    if (!is_float(view.dtype)) continue;  // refused when it is read
+    const size_t element = view.bytes / static_cast<size_t>(std::max<int64_t>(1, parameter.numel()));
+    if (static_cast<size_t>(r.begin + r.numel) * element > view.bytes) continue;
+    advise_will_need(view.data + static_cast<size_t>(r.begin) * element, static_cast<size_t>(r.numel) * element);
+  }
+}
+
+// Two layers whose parameters have the same shapes in the same order (a model's blocks): a
+// rank's shard of the one covers the same ranges of the other's parameters.
+bool same_shapes(const std::vector<std::pair<std::string, at::Tensor>>& a,
+                 const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].second.sizes() != b[i].second.sizes()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 at::ScalarType scalar_type_of(DType dtype) {
@@ -283,14 +309,13 @@ size_t load_layer_ranges(CausalLM& model, size_t layer_index, SafetensorsCheckpo
                          const std::vector<WeightRange>& ranges, NonFiniteWeights non_finite) {
   torch::NoGradGuard no_grad;
   const auto parameters = model.layers().at(layer_index)->hf_parameters();
-  // The kernel reads ahead every range of the layer while the first are converted.
-  for (const auto& r : ranges) {
-    const auto& [name, parameter] = parameters.at(r.parameter);
-    const auto stored = checkpoint_name(model, checkpoint, name);
-    if (is_mxfp4(checkpoint, stored)) continue;
-    const auto& view = float_tensor(checkpoint, stored);
-    const size_t element = view.bytes / static_cast<size_t>(std::max<int64_t>(1, parameter.numel()));
-    advise_will_need(view.data + static_cast<size_t>(r.begin) * element, static_cast<size_t>(r.numel) * element);
+  // The kernel reads ahead every range of the layer while the first are converted, and this
+  // rank's ranges of the next layer too, so that the disk is not idle while the end of this
+  // one is converted (the reading waited for that: 0.38-0.47 of `cat`'s GB/s cold at 1 rank).
+  will_need(model, checkpoint, parameters, ranges);
+  if (layer_index + 1 < model.layers().size()) {
+    const auto next = model.layers()[layer_index + 1]->hf_parameters();
+    if (same_shapes(parameters, next)) will_need(model, checkpoint, next, ranges);
   }
   size_t bytes = 0;
   std::map<size_t, at::Tensor> dequantized;  // MXFP4 parameters of this layer, whole

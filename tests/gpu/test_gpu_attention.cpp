@@ -3,7 +3,9 @@
 // path for the same inputs — the block-causal rule that tests/unit/test_model_contract.cpp
 // checks against attention written out — to bf16 round-off, with GQA, a sliding window and
 // documents of 1 to 300 tokens; and a window without documents (one document per row) equals
-// the CPU's. Skipped without a GPU.
+// the CPU's. Grouped kv heads without a mask reach a fused kernel as they are (no math
+// fallback). Skipped without a GPU.
+#include <ATen/SDPBackend.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/cuda.h>
@@ -52,6 +54,19 @@ TEST(GpuPackedAttention, VarlenFlashEqualsTheCpuRule) {
     const auto cpu_rows = m::causal_attention(cq, ck, cv, window);
     EXPECT_LT((causal - cpu_rows).abs().max().item<double>(), 3e-2) << what << ", no documents";
   }
+}
+
+// causal_attention passes grouped kv heads to SDPA unrepeated when no mask is needed
+// (enable_gqa). Where no fused kernel took them, SDPA would run its math path: [seq, seq]
+// scores in memory and several times slower, with the same values (so no numeric test sees it).
+TEST(GpuGroupedHeads, UnmaskedCausalAttentionRunsAFusedKernel) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const auto q = at::randn({2, 32, 1024, 128}, options), k = at::randn({2, 8, 1024, 128}, options);
+  const auto chosen = static_cast<at::SDPBackend>(
+      at::_fused_sdp_choice(q, k, k, {}, 0.0, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true));
+  EXPECT_TRUE(chosen == at::SDPBackend::flash_attention || chosen == at::SDPBackend::cudnn_attention)
+      << "SDPA chose backend " << static_cast<int>(chosen) << " (0 is the math path) for grouped kv heads";
 }
 
 }  // namespace

@@ -70,21 +70,31 @@ at::Tensor attend_window_blocks(const at::Tensor& q, const at::Tensor& key, cons
   return at::cat(blocks, 2);
 }
 
-// The core on [batch, heads, seq, head_dim] without documents: the fused causal kernel, or a
-// boolean mask where a window cuts it (in blocks of queries on a long row).
-at::Tensor attend(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value, int64_t sliding_window) {
-  const int64_t seq = q.size(2);
+// The core on [batch, heads, seq, head_dim] queries and [batch, kv_heads, seq, head_dim] keys
+// and values, without documents: the fused causal kernel, or a mask where a window cuts it (in
+// blocks of queries on a long row).
+// Without a mask the kernel takes the kv heads as they are (`enable_gqa`: FlashAttention's own
+// grouped heads, on the CPU and on GPUs): no [batch, heads, seq, head_dim] copies of k and v,
+// and their gradients summed over each group inside the kernel in fp32 rather than by
+// repeat_interleave's backward in the compute dtype. (On an H100 the copies and that backward
+// were about 4.5% of the 1.65B's kernel time.) Masked calls repeat the kv heads first: with a
+// mask a GPU runs the memory-efficient kernel, which has no grouped heads and would fall back
+// to the unfused math path.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window) {
+  const int64_t heads = q.size(1), seq = q.size(2);
   if (sliding_window > 0 && sliding_window < seq) {
+    const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
     if (seq > kMaskTokens) return attend_window_blocks(q, key, value, sliding_window);
     return at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, {}, q.options()), 0.0,
                                             /*is_causal=*/false);
   }
-  return at::scaled_dot_product_attention(q, key, value, {}, 0.0, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, /*scale=*/std::nullopt,
+                                          /*enable_gqa=*/k.size(1) != heads);
 }
 
 // Packed documents on the CPU: each document of each row through the fused causal kernel on its
 // own, which computes sum(L^2) scores instead of the mask's seq^2, at a fixed cost per call.
-at::Tensor attend_per_document(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value,
+at::Tensor attend_per_document(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                int64_t sliding_window, const at::Tensor& documents) {
   const int64_t batch = q.size(0), seq = q.size(2);
   const auto ids = documents.to(at::kCPU).contiguous();
@@ -96,7 +106,7 @@ at::Tensor attend_per_document(const at::Tensor& q, const at::Tensor& key, const
     for (int64_t begin = 0, end = 1; end <= seq; ++end) {
       if (end < seq && id[b * seq + end] == id[b * seq + begin]) continue;
       auto part = [&](const at::Tensor& t) { return t.narrow(0, b, 1).narrow(2, begin, end - begin); };
-      parts.push_back(attend(part(q), part(key), part(value), sliding_window));
+      parts.push_back(attend(part(q), part(k), part(v), sliding_window));
       begin = end;
     }
     rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 2));
@@ -184,18 +194,18 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     if (sliding_window > 0 && sliding_window < seq) return attend_varlen(q, k, v, sliding_window, row_layout(q));
   }
   // Each kv head serves heads / kv_heads consecutive query heads.
-  const auto key = repeat_kv(k, heads), value = repeat_kv(v, heads);
   at::Tensor out;
   if (!document_ids.defined()) {
-    out = attend(q, key, value, sliding_window);
+    out = attend(q, k, v, sliding_window);
   } else if (seq > kMaskTokens || (q.is_cpu() && documents_are_long(document_ids))) {
     // A long row takes no mask: each document through the causal kernel (or window blocks).
-    out = attend_per_document(q, key, value, sliding_window, document_ids);
+    out = attend_per_document(q, k, v, sliding_window, document_ids);
   } else {
     // One call with a block-causal boolean mask: on the CPU LibTorch's flash kernel takes it, on a
     // GPU in fp32 the memory-efficient kernel.
-    out = at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, document_ids, q.options()),
-                                           0.0, /*is_causal=*/false);
+    out = at::scaled_dot_product_attention(q, repeat_kv(k, heads), repeat_kv(v, heads),
+                                           visibility(seq, sliding_window, document_ids, q.options()), 0.0,
+                                           /*is_causal=*/false);
   }
   return out.transpose(1, 2).reshape({q.size(0), seq, heads * q.size(3)});
 }
