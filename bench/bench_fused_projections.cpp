@@ -1,12 +1,16 @@
-// Fused projections benchmark (not a test, #48): forward and backward of one Llama decoder
-// block with its parameters in separate tensors (seven products in forward, q/k/v and gate/up
-// each their own) against the same block bound to one flat buffer as ZeRO-3's gathered layer
-// holds it, where q/k/v and gate/up become one product each and SwiGLU one autograd node
-// (model/blocks/stacked_weights.hpp, swiglu.hpp). Same values, same run, interleaved rounds.
+// Block variants benchmark (not a test, #48): forward and backward of one Llama decoder block,
+// two ways, same values, same run, interleaved rounds (--compare):
+//   projections  its parameters in separate tensors (seven products in forward, q/k/v and gate/up
+//                each their own) against the same block bound to one flat buffer as ZeRO-3's
+//                gathered layer holds it, where q/k/v and gate/up become one product each and
+//                SwiGLU one autograd node (model/blocks/stacked_weights.hpp, swiglu.hpp);
+//   swiglu       SwiGLU through its CUDA kernels against autograd's chain (SUPEROFFLOAD_SWIGLU_KERNEL);
+//   gqa          grouped kv heads given to SDPA as they are against repeated first
+//                (SUPEROFFLOAD_GQA_KERNEL; model/blocks/attention.cpp).
 //
-//   build/bin/bench_fused_projections [--shapes llama-3.2-1b,llama-3.1-8b] [--tokens 1024,4096]
-//       [--rounds 3] [--dtype fp32|bf16] [--device cpu|cuda] [--threads T]
-// The last line per shape and size is `summary: <shape> tokens=N fused/separate=…x`.
+//   build/bin/bench_fused_projections [--compare projections|swiglu|gqa] [--shapes llama-3.2-1b,llama-3.1-8b]
+//       [--tokens 1024,4096] [--rounds 3] [--dtype fp32|bf16] [--device cpu|cuda] [--threads T]
+// The last line per shape and size is `summary: <shape> tokens=N <new>/<old>=…x (speed)`.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <stdlib.h>
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes{"llama-3.2-1b"};
   std::vector<int64_t> sizes{1024};
   int rounds = 3, threads = static_cast<int>(std::thread::hardware_concurrency());
-  std::string dtype = "fp32", device_name = "cpu";
+  std::string dtype = "fp32", device_name = "cpu", compare = "projections";
+  app.add_option("--compare", compare, "projections, swiglu or gqa")->check(CLI::IsMember({"projections", "swiglu", "gqa"}));
   app.add_option("--shapes", shapes, "llama-3.2-1b, llama-3.1-8b (their blocks)")->delimiter(',');
   app.add_option("--tokens", sizes, "tokens per block call")->delimiter(',');
   app.add_option("--rounds", rounds, "interleaved rounds (median)")->check(CLI::PositiveNumber);
@@ -84,13 +89,26 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "LibTorch threads")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   superoffload::log::init(superoffload::log::Level::warning);
-  ::setenv("SUPEROFFLOAD_FUSED_PROJECTIONS", "always", 1);  // on a CPU too (model/blocks/stacked_weights.hpp)
+  // The two variants' names, and how each is switched on before its rounds.
+  const std::map<std::string, std::pair<std::string, std::string>> variants{
+      {"projections", {"separate", "fused"}}, {"swiglu", {"chain", "kernel"}}, {"gqa", {"repeated", "grouped"}}};
+  const auto [old_name, new_name] = variants.at(compare);
+  const char* switch_variable = compare == "swiglu" ? "SUPEROFFLOAD_SWIGLU_KERNEL" : "SUPEROFFLOAD_GQA_KERNEL";
+  auto select = [&](bool newer) {
+    if (compare == "projections") return;
+    if (newer) {
+      ::unsetenv(switch_variable);
+    } else {
+      ::setenv(switch_variable, "never", 1);
+    }
+  };
+  ::setenv("SUPEROFFLOAD_FUSED_PROJECTIONS", compare == "projections" ? "always" : "never", 1);
   at::set_num_threads(threads);
   const at::Device device(device_name == "cuda" ? at::kCUDA : at::kCPU);
   const auto type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  std::printf("bench_fused_projections: %s, %d LibTorch thread(s), CPU capability %s, device %s, %s\n",
-              bench::cpu_model().c_str(), at::get_num_threads(), at::get_cpu_capability().c_str(), device.str().c_str(),
-              dtype.c_str());
+  std::printf("bench_fused_projections: %s against %s; %s, %d LibTorch thread(s), CPU capability %s, device %s, %s\n",
+              new_name.c_str(), old_name.c_str(), bench::cpu_model().c_str(), at::get_num_threads(),
+              at::get_cpu_capability().c_str(), device.str().c_str(), dtype.c_str());
   const std::map<std::string, Shape> known{{"llama-3.2-1b", {"Llama-3.2-1B", 2048, 8192, 32, 8}},
                                            {"llama-3.1-8b", {"Llama-3.1-8B", 4096, 14336, 32, 8}}};
   for (const auto& key : shapes) {
@@ -101,13 +119,14 @@ int main(int argc, char** argv) {
     }
     const auto& s = found->second;
     const auto dir = fs::temp_directory_path() / ("so_bench_fused_" + std::to_string(::getpid()));
-    // Two copies of one block (the same seed: the same values), one bound to a flat buffer.
+    // Two copies of one block (the same seed: the same values); for `projections` the second
+    // bound to a flat buffer.
     const auto separate_model = build_block(s, dir), fused_model = build_block(s, dir);
     auto& separate = *separate_model->layers().at(1);
     auto& fused = *fused_model->layers().at(1);
     separate.to(device, type);
     fused.to(device, type);
-    bind_to_one_buffer(fused);
+    if (compare == "projections") bind_to_one_buffer(fused);
     for (const int64_t tokens : sizes) {
       const auto options = at::TensorOptions().device(device).dtype(type);
       const auto x = at::randn({1, tokens, s.hidden}, options);
@@ -115,6 +134,7 @@ int main(int argc, char** argv) {
       m::BatchContext context;
       context.position_ids = at::arange(tokens, at::TensorOptions().device(device).dtype(at::kLong)).unsqueeze(0);
       auto step = [&](m::Layer& block) {
+        select(&block == &fused);
         block.zero_grad();
         const auto input = x.detach().requires_grad_(true);
         synchronize(device);
@@ -127,20 +147,20 @@ int main(int argc, char** argv) {
       step(fused);
       std::map<std::string, std::vector<double>> seconds;
       for (int r = 0; r < rounds; ++r) {
-        seconds["separate"].push_back(step(separate));
-        seconds["fused"].push_back(step(fused));
+        seconds[old_name].push_back(step(separate));
+        seconds[new_name].push_back(step(fused));
       }
       const double n = static_cast<double>(s.hidden) *
                        (2.0 * s.hidden + 2.0 * s.hidden * s.kv_heads / s.heads + 3.0 * s.intermediate);
       const double flops = 6.0 * n * static_cast<double>(tokens);  // the products; attention not counted
       std::printf("%s block, %lld tokens, forward + backward, median of %d:\n", s.name.c_str(),
                   static_cast<long long>(tokens), rounds);
-      for (const char* row : {"separate", "fused"}) {
+      for (const auto& row : {old_name, new_name}) {
         const double t = bench::median(seconds[row]);
-        std::printf("  %-9s %9.1f ms  %7.3f TFLOPS (products)\n", row, 1000 * t, flops / t / 1e12);
+        std::printf("  %-9s %9.1f ms  %7.3f TFLOPS (products)\n", row.c_str(), 1000 * t, flops / t / 1e12);
       }
-      std::printf("summary: %s tokens=%lld fused/separate=%.3fx (speed)\n", key.c_str(), static_cast<long long>(tokens),
-                  bench::median(seconds["separate"]) / bench::median(seconds["fused"]));
+      std::printf("summary: %s tokens=%lld %s/%s=%.3fx (speed)\n", key.c_str(), static_cast<long long>(tokens),
+                  new_name.c_str(), old_name.c_str(), bench::median(seconds[old_name]) / bench::median(seconds[new_name]));
     }
   }
   return 0;

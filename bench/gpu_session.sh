@@ -626,6 +626,12 @@ PY
   # against separate products: one 8B-shaped block, bf16, forward and backward.
   within 60 "$built_root/build/bin/bench_fused_projections" --device "$gpu" --dtype bf16 --shapes llama-3.1-8b \
     --tokens 4096,8192 --rounds 5 2>&1 | sed -n 's/^summary: /RESULT trace /p'
+  # SwiGLU's CUDA kernels against autograd's chain, and grouped kv heads given to SDPA as they are
+  # against repeated (both on by default since 2026-11-28, unmeasured on a GPU before): the same block.
+  for compare in swiglu gqa; do
+    within 60 "$built_root/build/bin/bench_fused_projections" --compare "$compare" --device "$gpu" --dtype bf16 \
+      --shapes llama-3.1-8b --tokens 4096,8192 --rounds 5 2>&1 | sed -n 's/^summary: /RESULT trace /p'
+  done
   # Every rank's summary of every run in one file, keyed "<run>.rank_<R>".
   "$machine_python" - "$work/summaries" "$out/trace/summaries.json" <<'PY'
 import json, pathlib, sys

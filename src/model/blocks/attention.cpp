@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -42,6 +44,13 @@ at::Tensor visibility(int64_t seq, int64_t window, const at::Tensor& documents, 
 
 at::Tensor repeat_kv(const at::Tensor& x, int64_t heads) {
   return x.size(1) == heads ? x : x.repeat_interleave(heads / x.size(1), 1);
+}
+
+// SUPEROFFLOAD_GQA_KERNEL=never: kv heads repeated before unmasked attention too, as before
+// enable_gqa (for comparisons; read at each call, so that a benchmark can switch it).
+bool repeats_kv_heads() {
+  const char* forced = std::getenv("SUPEROFFLOAD_GQA_KERNEL");
+  return forced != nullptr && std::strcmp(forced, "never") == 0;
 }
 
 // A sliding window over a long row, in blocks of queries: block [begin, end) sees keys
@@ -87,6 +96,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     if (seq > kMaskTokens) return attend_window_blocks(q, key, value, sliding_window);
     return at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, {}, q.options()), 0.0,
                                             /*is_causal=*/false);
+  }
+  if (k.size(1) != heads && repeats_kv_heads()) {
+    return at::scaled_dot_product_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), {}, 0.0, /*is_causal=*/true);
   }
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, /*scale=*/std::nullopt,
                                           /*enable_gqa=*/k.size(1) != heads);

@@ -2,7 +2,11 @@
 // with gate and up computed by one matrix product where their weights allow (Phi3's fused
 // gate_up_proj always; separate gate_proj/up_proj on request when ZeRO-3's gathered buffer holds
 // them back to back, model/blocks/stacked_weights.hpp), and the activation then as one autograd
-// node over the product's [.., 2 · intermediate] output.
+// node over the product's [.., 2 · intermediate] output. On a GPU the activation and its
+// gradients are one CUDA kernel each way (model/blocks/swiglu_kernels.hpp) instead of autograd's
+// chain of five elementwise kernels over [tokens, intermediate] tensors (silu, two multiplies,
+// silu's backward, and silu again), which were about 12% of a 1.65B step's kernel time on an
+// H100; SUPEROFFLOAD_SWIGLU_KERNEL=never keeps the chain there too (for comparisons).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -16,6 +20,10 @@ namespace superoffload::model {
 // for backward (autograd's chain keeps gate, silu(gate) and up) and writes the gradient of gate
 // and up into one tensor, so the product's input gradient is one GEMM with no concatenation.
 at::Tensor swiglu(const at::Tensor& gate_up);
+
+// silu(gate) · up for separate gate and up (of one shape): on a GPU through the kernels (saving
+// gate and up for backward, not silu(gate) too), elsewhere autograd's chain itself.
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 
 struct SwigluMlpOptions {
   int64_t hidden = 0, intermediate = 0;
