@@ -97,7 +97,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     return at::scaled_dot_product_attention(q, key, value, visibility(seq, sliding_window, {}, q.options()), 0.0,
                                             /*is_causal=*/false);
   }
-  if (k.size(1) != heads && repeats_kv_heads()) {
+  // fp32 on a GPU runs the memory-efficient kernel, which has no grouped heads either.
+  if (k.size(1) != heads && (repeats_kv_heads() || (q.is_cuda() && q.scalar_type() == at::kFloat))) {
     return at::scaled_dot_product_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), {}, 0.0, /*is_causal=*/true);
   }
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, /*scale=*/std::nullopt,
