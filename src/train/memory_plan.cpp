@@ -194,9 +194,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // The device share steps with fp32 master and moments on the device (12 bytes/parameter).
   p.device_optimizer_bytes = 12 * n * (1 - cpu_share);
   // Seen by LibTorch's allocator as well (an H200's tiny run peaked 40 MB over the terms
-  // above): cuBLAS's workspace on the compute stream, LibTorch's default of 32 MiB on Hopper,
-  // and the global gradient norm's fp64 copy and square of a slice of up to 2^24 elements.
-  p.device_workspace_bytes = 32.0 * 1024 * 1024 + 16 * std::min(largest / ranks, 16777216.0);
+  // above): cuBLAS's workspace on the compute stream, LibTorch's default of 32 MiB on Hopper.
+  // (The global gradient norm's fp64 copy and square of a slice of up to 2^24 elements, 256 MiB,
+  // went with the multi-tensor norm of 2026-11-28: zero/engine.cpp.)
+  p.device_workspace_bytes = 32.0 * 1024 * 1024;
   // CUDA context (~0.5 GiB), NCCL's buffers between ranks.
   p.device_runtime_bytes = (ranks > 1 ? 1.0 : 0.75) * 1024 * 1024 * 1024;
   // Host: master (4) + moments (8 in fp32, 4 in bf16), gradient (4) and bf16 staging (2)
