@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -26,14 +27,18 @@ __device__ __forceinline__ __half narrow<__half>(float x) { return __float2half_
 // LibTorch's silu: x / (1 + exp(-x)) in fp32.
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// Rows over the grid's y (striding past 65,535 rows), columns over x: no index division, which
+// in 64 bits would cost more than the memory traffic these kernels are bound by.
+#define SO_FOR_EACH_ELEMENT(rows, cols)                                                     \
+  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                                  \
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < (cols); \
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 // Rounded to T after each operation of the chain: silu(gate) → s, s · up → out.
 template <typename T>
 __global__ void forward_kernel(int64_t rows, int64_t cols, const T* gate, int64_t gate_stride, const T* up,
                                int64_t up_stride, T* out, int64_t out_stride) {
-  const int64_t total = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+  SO_FOR_EACH_ELEMENT(rows, cols) {
     const float s = widen(narrow<T>(silu(widen(gate[r * gate_stride + c]))));
     out[r * out_stride + c] = narrow<T>(s * widen(up[r * up_stride + c]));
   }
@@ -45,10 +50,7 @@ template <typename T>
 __global__ void backward_kernel(int64_t rows, int64_t cols, const T* d_out, int64_t d_out_stride, const T* gate,
                                 int64_t gate_stride, const T* up, int64_t up_stride, T* d_gate, int64_t d_gate_stride,
                                 T* d_up, int64_t d_up_stride) {
-  const int64_t total = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+  SO_FOR_EACH_ELEMENT(rows, cols) {
     const float x = widen(gate[r * gate_stride + c]);
     const float g = widen(d_out[r * d_out_stride + c]);
     const float s = widen(narrow<T>(silu(x)));
@@ -59,10 +61,14 @@ __global__ void backward_kernel(int64_t rows, int64_t cols, const T* d_out, int6
   }
 }
 
-// Enough blocks to fill the GPU several times over; the loops stride over the rest.
-dim3 grid_for(int64_t elements) {
-  constexpr int64_t kThreads = 256, kMaxBlocks = 65535;
-  return dim3(static_cast<unsigned>(std::min<int64_t>(kMaxBlocks, (elements + kThreads - 1) / kThreads)));
+#undef SO_FOR_EACH_ELEMENT
+
+constexpr unsigned kThreads = 256;
+
+// Blocks across a row's columns, and one row of blocks per row up to the grid's limit.
+dim3 grid_for(int64_t rows, int64_t cols) {
+  const int64_t across = std::min<int64_t>(65535, (cols + kThreads - 1) / kThreads);
+  return dim3(static_cast<unsigned>(across), static_cast<unsigned>(std::min<int64_t>(65535, rows)));
 }
 
 void check(cudaError_t status, const char* what) {
@@ -78,7 +84,7 @@ void check(cudaError_t status, const char* what) {
 
 template <typename T>
 void forward_as(int64_t rows, int64_t cols, Matrix gate, Matrix up, Matrix out, cudaStream_t stream) {
-  forward_kernel<T><<<grid_for(rows * cols), 256, 0, stream>>>(
+  forward_kernel<T><<<grid_for(rows, cols), kThreads, 0, stream>>>(
       rows, cols, static_cast<const T*>(gate.data), gate.row_stride, static_cast<const T*>(up.data), up.row_stride,
       static_cast<T*>(out.data), out.row_stride);
   check(cudaGetLastError(), "launching the SwiGLU forward kernel");
@@ -87,7 +93,7 @@ void forward_as(int64_t rows, int64_t cols, Matrix gate, Matrix up, Matrix out, 
 template <typename T>
 void backward_as(int64_t rows, int64_t cols, Matrix d_out, Matrix gate, Matrix up, Matrix d_gate, Matrix d_up,
                  cudaStream_t stream) {
-  backward_kernel<T><<<grid_for(rows * cols), 256, 0, stream>>>(
+  backward_kernel<T><<<grid_for(rows, cols), kThreads, 0, stream>>>(
       rows, cols, static_cast<const T*>(d_out.data), d_out.row_stride, static_cast<const T*>(gate.data),
       gate.row_stride, static_cast<const T*>(up.data), up.row_stride, static_cast<T*>(d_gate.data), d_gate.row_stride,
       static_cast<T*>(d_up.data), d_up.row_stride);
