@@ -5,11 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "model/blocks/env_switch.hpp"
 #include "model/blocks/token_tiles.hpp"
 #include "model/blocks/varlen_layout.hpp"
 
@@ -48,10 +47,7 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t heads) {
 
 // SUPEROFFLOAD_GQA_KERNEL=never: kv heads repeated before unmasked attention too, as before
 // enable_gqa (for comparisons; read at each call, so that a benchmark can switch it).
-bool repeats_kv_heads() {
-  const char* forced = std::getenv("SUPEROFFLOAD_GQA_KERNEL");
-  return forced != nullptr && std::strcmp(forced, "never") == 0;
-}
+bool repeats_kv_heads() { return env_switch_is("SUPEROFFLOAD_GQA_KERNEL", "never"); }
 
 // A sliding window over a long row, in blocks of queries: block [begin, end) sees keys
 // [begin - window + 1, end), through a mask of that size. Every block's outputs are the rows the

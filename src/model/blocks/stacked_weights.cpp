@@ -3,10 +3,9 @@
 
 #include <torch/autograd.h>
 
-#include <cstdlib>
-#include <cstring>
 
 #include "base/error.hpp"
+#include "model/blocks/env_switch.hpp"
 
 namespace superoffload::model {
 namespace {
@@ -98,13 +97,10 @@ struct StackWeights : torch::autograd::Function<StackWeights> {
 
 }  // namespace
 
-bool fuses_projections(const at::Device& device) {
-  if (const char* forced = std::getenv("SUPEROFFLOAD_FUSED_PROJECTIONS")) {
-    if (std::strcmp(forced, "always") == 0) return true;
-    if (std::strcmp(forced, "never") == 0) return false;
-  }
-  (void)device;  // measured slower on an H100 too (stacked_weights.hpp)
-  return false;
+bool fuses_projections(const at::Device&) {
+  // Off by default on every device (measured slower on an H100 too: stacked_weights.hpp); "never"
+  // is the default's name.
+  return env_switch_is("SUPEROFFLOAD_FUSED_PROJECTIONS", "always");
 }
 
 at::Tensor stacked_in_place(const std::vector<at::Tensor>& weights) {

@@ -1,13 +1,12 @@
 // swiglu and SwigluMlp.
 #include "model/blocks/swiglu.hpp"
 
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 
 #include <torch/autograd.h>
 
 #include "base/build_config.hpp"
+#include "model/blocks/env_switch.hpp"
 #include "model/blocks/stacked_weights.hpp"
 #if SUPEROFFLOAD_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -48,10 +47,7 @@ std::optional<cuda::ElementType> element_type(at::ScalarType type) {
 // Whether the kernels take gate and up: on a GPU, in a float type, laid out as matrices, and not
 // turned off (SUPEROFFLOAD_SWIGLU_KERNEL=never, for comparisons).
 bool kernel_takes(const at::Tensor& gate, const at::Tensor& up) {
-  // Read at each call (a benchmark switches it between rounds); next to a kernel launch it is free.
-  const char* forced = std::getenv("SUPEROFFLOAD_SWIGLU_KERNEL");
-  const bool off = forced != nullptr && std::strcmp(forced, "never") == 0;
-  return !off && gate.is_cuda() && element_type(gate.scalar_type()) && gate.scalar_type() == up.scalar_type() &&
+  return !env_switch_is("SUPEROFFLOAD_SWIGLU_KERNEL", "never") && gate.is_cuda() && element_type(gate.scalar_type()) && gate.scalar_type() == up.scalar_type() &&
          gate.sizes() == up.sizes() && as_matrix(gate) && as_matrix(up);
 }
 
