@@ -3,7 +3,6 @@
 
 #include <torch/autograd.h>
 
-
 #include "base/error.hpp"
 #include "model/blocks/env_switch.hpp"
 
