@@ -21,15 +21,18 @@ class HostMemory {
   // that turns pinning off ("[offload] pin_memory").
   HostMemory(bool pin, int64_t planned_bytes, std::string purpose = "optimizer host memory",
              std::string setting = "[offload] pin_memory");
-  // An fp32/bf16 host tensor, pinned when possible.
+  // An fp32/bf16 host tensor, pinned when possible; resident (its pages made by the rank's
+  // threads, on their NUMA node) before it is returned.
   at::Tensor empty(at::IntArrayRef sizes, at::ScalarType type);
   // The same, zeroed: pinned buffers are fresh anonymous mappings, zero already, so their
-  // zeroing is not a second pass over the memory.
+  // zeroing is not a second pass over the memory; plain ones are zeroed as they are made resident.
   at::Tensor zeros(at::IntArrayRef sizes, at::ScalarType type);
   bool pinned() const { return pin_; }
   const std::string& why_not_pinned() const { return why_not_; }
 
  private:
+  at::Tensor plain(at::IntArrayRef sizes, at::ScalarType type, bool zero);
+
   bool pin_ = false;
   std::string why_not_;
   std::string purpose_, setting_;

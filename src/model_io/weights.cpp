@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 #include <torch/autograd.h>
 
 #include "base/error.hpp"
+#include "base/fresh_memory.hpp"
 #include "base/parallel_ranges.hpp"
 #include "cluster/compute_threads.hpp"
 
@@ -119,12 +121,14 @@ int64_t non_finite_count(const at::Tensor& values) {
 
 // A bf16 or fp32 run of elements widened to fp32 into `out` (bf16 is the top half of fp32's
 // bits), in one parallel pass that also looks for non-finite values; true when all are finite.
+// `out` is usually fresh memory (a shard being filled): each thread populates its part first.
 bool widen_to_fp32(const at::Tensor& from, float* out) {
   const bool bf16 = from.scalar_type() == at::kBFloat16;
   const auto* half = bf16 ? reinterpret_cast<const uint16_t*>(from.const_data_ptr()) : nullptr;
   const auto* full = bf16 ? nullptr : reinterpret_cast<const uint32_t*>(from.const_data_ptr());
   auto* target = reinterpret_cast<uint32_t*>(out);
   const int64_t bad = base::parallel_sum<int64_t>(from.numel(), scan_threads(from.numel()), [&](int64_t begin, int64_t end) {
+    base::populate_for_write(target + begin, static_cast<size_t>(end - begin) * sizeof(uint32_t));
     int64_t count = 0;
     for (int64_t i = begin; i < end; ++i) {
       const uint32_t bits = bf16 ? static_cast<uint32_t>(half[i]) << 16 : full[i];
@@ -172,8 +176,15 @@ void advise(const std::byte* data, size_t length, int advice) {
   ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
 }
 
-// The kernel reads the bytes ahead of use.
-void advise_will_need(const std::byte* data, size_t length) { advise(data, length, MADV_WILLNEED); }
+// The kernel reads the bytes ahead of use, in steps of 128 KiB: one MADV_WILLNEED reads no more
+// than the device's read-ahead window (max of read_ahead_kb and the largest request; 128 KiB by
+// default), so advice for a whole tensor read its first window and left the rest to the page
+// faults of the conversion, one window at a time. Stepped, all of it is queued at once (0.55B,
+// 1 GB of bf16 widened on 2 cores, cold cache: 0.80-0.83 s -> 0.67-0.70 s; reading alone 0.54-0.60 s).
+void advise_will_need(const std::byte* data, size_t length) {
+  constexpr size_t kStep = size_t{128} << 10;
+  for (size_t at = 0; at < length; at += kStep) advise(data + at, std::min(kStep, length - at), MADV_WILLNEED);
+}
 
 // Drops the bytes (read-only file pages) from this process's resident set once they are read:
 // they stay in the page cache (a later read faults them back from there) but no longer count in

@@ -107,7 +107,7 @@ class OffloadOptimizer final : public Optimizer {
   struct SubGroup {
     size_t layer;
     int64_t begin, end;  // within the layer shard
-    bool on_cpu;
+    bool on_cpu = false;
     std::vector<Piece> pieces;
     at::Tensor master, exp_avg, exp_avg_sq;  // [end - begin]; host for CPU sub-groups; moments fp32 or bf16
     at::Tensor grad;                         // host copy of this step's gradient (CPU sub-groups; on a
