@@ -65,9 +65,12 @@ PY
 }
 # First touch of fresh memory on the threads of one rank of 1 (the phases besides reading mostly
 # make new resident memory: buffers, moments, gradients), measured here so that they can be set
-# beside what that much new memory costs on this machine at the time of the run.
-touch_line=$("$root/build/bin/bench_first_touch" --gib 4 --threads "$(nproc)" --rounds 3 | tail -1)
-touch_gbps=$(sed -E 's/.* ([0-9.]+) GB\/s.*/\1/' <<< "$touch_line")
+# beside what that much new memory costs on this machine at the time of the run: its rate with
+# the pages populated first, as the program makes its buffers (the rate with a fault per page
+# printed beside it).
+touch_out=$("$root/build/bin/bench_first_touch" --gib 4 --threads "$(nproc)" --rounds 3)
+touch_line=$(grep 'fault per page' <<< "$touch_out" | sed -E 's/^ +//')"; "$(grep 'populated first' <<< "$touch_out" | sed -E 's/^ +//')
+touch_gbps=$(grep 'populated first' <<< "$touch_out" | sed -E 's/.*s, ([0-9.]+) GB\/s.*/\1/')
 drop
 torch_cold=$(torch_load)
 torch_warm=$(torch_load)
