@@ -71,9 +71,10 @@ for name in ${SO_MATRIX_MODELS:-tiny 125m}; do
         bf16-moments) extra=(--set precision.bf16=true --set offload.optimizer_state_dtype=\"bf16\") ;;
         nvme) extra=(--set offload.device=\"nvme\" --set offload.nvme_path=\""$work/nvme"\") ;;
       esac
-      # The fp32 run at 1 rank keeps its checkpoint for export.
+      # The fp32 run at 1 rank keeps its checkpoint for export; where it is refused (1.5b), the
+      # NVMe run at 1 rank does (the same checkpoint format, written from the NVMe tier).
       save=false
-      [[ $variant == fp32 && $ranks == 1 ]] && save=true
+      [[ $ranks == 1 && ( $variant == fp32 || ( $variant == nvme && ! -d $work/train_${name}_1_fp32/checkpoints ) ) ]] && save=true
       if ! mpirun -np "$ranks" --oversubscribe "$bin" train configs/tiny.toml --set model.path=\""$model"\" \
           --set model.init=\"pretrained\" --set data.path=\""$work/corpus.jsonl"\" --set training.max_steps=2 \
           --set training.output_dir=\""$out"\" --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=$save \
@@ -97,13 +98,15 @@ PY
   "$bin" eval --model "$model" --tokens "$work/eval.h5" > "$work/eval_$name.log" 2>&1
   read -r plan peak < <(from_log "$work/eval_$name.log")
   row eval "$name" 1 "16 x 257 tokens" "$plan" "$peak"
-  if [[ -d $work/train_${name}_1_fp32/checkpoints ]]; then
+  for saved in fp32 nvme; do
+    [[ -d $work/train_${name}_1_$saved/checkpoints ]] || continue
     rm -rf "$work/export_$name"
-    "$bin" export "$work/train_${name}_1_fp32" --to "$work/export_$name" --dtype bf16 > "$work/export_$name.log" 2>&1
+    "$bin" export "$work/train_${name}_1_$saved" --to "$work/export_$name" --dtype bf16 > "$work/export_$name.log" 2>&1
     read -r plan peak < <(from_log "$work/export_$name.log")
-    row export "$name" 1 "bf16" "$plan" "$peak"
-    rm -rf "$work/export_$name" "$work/train_${name}_1_fp32/checkpoints"
-  fi
+    row export "$name" 1 "bf16 (of the $saved run)" "$plan" "$peak"
+    rm -rf "$work/export_$name" "$work/train_${name}_1_$saved/checkpoints"
+    break
+  done
 done
 for ranks in 1 2; do
   mpirun -np "$ranks" --oversubscribe "$bin" prepare configs/tiny.toml --set data.path=\""$work/prepare.jsonl"\" \

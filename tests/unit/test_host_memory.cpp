@@ -1,10 +1,17 @@
 // Host memory for device copies (the offloaded optimizer, activation checkpoints): pinned only when asked, refused with the reason
 // when RLIMIT_MEMLOCK is too small, and a failed pinning (no GPU driver here) falls back to
-// plain memory that works.
+// plain memory that works. Buffers come back resident, and base::populate_for_write makes
+// exactly the whole pages of its range resident without changing what they hold.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <vector>
+
+#include "base/fresh_memory.hpp"
 #include "base/logging.hpp"
 #include "cluster/host_memory.hpp"
 
@@ -53,5 +60,54 @@ TEST(HostMemory, ZerosAreZeroOnEveryPath) {
       const auto b = memory.zeros({1000, 3}, at::kBFloat16);
       EXPECT_EQ(b.to(at::kFloat).abs().max().item<float>(), 0.0f) << "pin " << pin << ", round " << round;
     }
+  }
+}
+
+namespace {
+
+const size_t kPage = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+
+// Which of `pages` pages from page-aligned `data` are resident (mincore).
+std::vector<bool> resident(const void* data, size_t pages) {
+  std::vector<unsigned char> in(pages);
+  EXPECT_EQ(::mincore(const_cast<void*>(data), pages * kPage, in.data()), 0);
+  std::vector<bool> out(pages);
+  for (size_t i = 0; i < pages; ++i) out[i] = in[i] & 1;
+  return out;
+}
+
+}  // namespace
+
+TEST(FreshMemory, PopulatesTheWholePagesOfItsRangeAndKeepsTheirContents) {
+  constexpr size_t kPages = 64;
+  auto* data = static_cast<char*>(::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(data, MAP_FAILED);
+  // From the middle of page 2 to the middle of page 60: pages 3..59 are wholly inside.
+  if (!superoffload::base::populate_for_write(data + 2 * kPage + 100, 58 * kPage)) {
+    ::munmap(data, kPages * kPage);
+    GTEST_SKIP() << "this kernel cannot populate (MADV_POPULATE_WRITE needs Linux 5.14); writes fault pages in instead";
+  }
+  const auto after = resident(data, kPages);
+  for (size_t p = 0; p < kPages; ++p) EXPECT_EQ(after[p], p >= 3 && p <= 59) << "page " << p;
+  for (size_t p = 3; p <= 59; ++p) EXPECT_EQ(data[p * kPage + 7], 0) << "a fresh page is zero";
+  // Pages written before keep what they hold.
+  std::memset(data, 0x5a, kPages * kPage);
+  EXPECT_TRUE(superoffload::base::populate_for_write(data, kPages * kPage));
+  for (size_t p = 0; p < kPages; ++p) EXPECT_EQ(data[p * kPage + kPage / 2], 0x5a) << "page " << p;
+  ::munmap(data, kPages * kPage);
+}
+
+// A plain buffer (a CPU run's optimizer state) is resident when it is returned: its pages were
+// made by the rank's threads, not left to whichever thread writes them first.
+TEST(HostMemory, PlainBuffersAreResidentWhenReturned) {
+  o::HostMemory memory(false, int64_t{1} << 26);
+  for (const bool zeroed : {false, true}) {
+    const auto t = zeroed ? memory.zeros({int64_t{1} << 24}, at::kFloat) : memory.empty({int64_t{1} << 24}, at::kFloat);
+    const auto begin = (reinterpret_cast<uintptr_t>(t.data_ptr()) + kPage - 1) / kPage * kPage;
+    const auto end = (reinterpret_cast<uintptr_t>(t.data_ptr()) + t.nbytes()) / kPage * kPage;
+    const auto pages = resident(reinterpret_cast<void*>(begin), (end - begin) / kPage);
+    size_t missing = 0;
+    for (const bool in : pages) missing += !in;
+    EXPECT_EQ(missing, 0u) << (zeroed ? "zeros" : "empty") << ": " << missing << " of " << pages.size() << " pages not resident";
   }
 }
