@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
       }
     };
     pair(write, plain_write, [&] {
-      saved = io::save_checkpoint(root, r + 1, views, io::RankBlobs{}, manifest, 0, MPI_COMM_WORLD).directory;
+      saved = io::save_checkpoint(root, r + 1, io::shard_source(views), io::RankBlobs{}, manifest, 0, MPI_COMM_WORLD).directory;
     }, false);
     pair(warm_read, plain_read, checkpoint_read, false);
     warm_verify_s.push_back(collective_seconds(verify));

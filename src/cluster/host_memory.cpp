@@ -79,6 +79,19 @@ at::Tensor HostMemory::zeros(at::IntArrayRef sizes, at::ScalarType type) {
 }
 
 at::Tensor HostMemory::plain(at::IntArrayRef sizes, at::ScalarType type, bool zero) {
+  // A buffer of 4 MiB or more (glibc's mmap threshold here: it would be a mapping of its own
+  // anyway) is mapped directly: fresh anonymous pages are zero, so a zeroed buffer (the moments)
+  // costs no pass of its own over the memory.
+  const size_t used = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(type);
+  if (used >= (size_t{4} << 20)) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t bytes = (used + page - 1) / page * page;
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data != MAP_FAILED) {
+      make_resident(static_cast<char*>(data), bytes, /*zero=*/false);
+      return at::from_blob(data, sizes, [bytes](void* p) { ::munmap(p, bytes); }, at::TensorOptions().dtype(type));
+    }
+  }
   auto t = at::empty(sizes, at::TensorOptions().dtype(type));
   make_resident(static_cast<char*>(t.data_ptr()), t.nbytes(), zero);
   return t;

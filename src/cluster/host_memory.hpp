@@ -25,7 +25,8 @@ class HostMemory {
   // threads, on their NUMA node) before it is returned.
   at::Tensor empty(at::IntArrayRef sizes, at::ScalarType type);
   // The same, zeroed: pinned buffers are fresh anonymous mappings, zero already, so their
-  // zeroing is not a second pass over the memory; plain ones are zeroed as they are made resident.
+  // zeroing is not a second pass over the memory; so are plain ones of 4 MiB or more, and
+  // smaller plain ones are zeroed as they are made resident.
   at::Tensor zeros(at::IntArrayRef sizes, at::ScalarType type);
   bool pinned() const { return pin_; }
   const std::string& why_not_pinned() const { return why_not_; }

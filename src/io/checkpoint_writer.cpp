@@ -26,19 +26,32 @@ std::string layer_group(size_t layer) {
 fs::path partial_of(const fs::path& path) { return path.string() + ".partial"; }
 
 // The rank file's datasets: per layer the three fp32 arrays and the step count, then the
-// header and the rank's blobs. Written under a temporary name, renamed when complete.
-WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const std::vector<ShardView>& shards,
+// header and the rank's blobs. Written under a temporary name, renamed when complete. Each
+// layer's state is fetched when its master's turn comes and held until the next layer's.
+WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const ShardSource& shards,
                        const RankBlobs& rank_blobs, const std::function<void(const std::string&)>& progress,
                        ReadBack read_back_from) {
+  ShardView current;
+  size_t current_layer = SIZE_MAX;
+  auto of_layer = [&](size_t l) -> const ShardView& {
+    SO_CHECK(current_layer == l, "the rank file's datasets of layer " << l << " are written out of order");
+    return current;
+  };
   std::vector<DatasetSource> datasets;
-  for (size_t l = 0; l < shards.size(); ++l) {
-    const auto& s = shards[l];
+  for (size_t l = 0; l < shards.numel.size(); ++l) {
     const auto group = layer_group(l);
-    const auto numel = static_cast<uint64_t>(s.numel);
-    datasets.push_back({group + "master", ElementType::f32, s.master, numel});
-    datasets.push_back({group + "exp_avg", ElementType::f32, s.exp_avg, numel});
-    datasets.push_back({group + "exp_avg_sq", ElementType::f32, s.exp_avg_sq, numel});
-    datasets.push_back({group + "steps", ElementType::i64, &s.steps, 1});
+    const auto numel = static_cast<uint64_t>(shards.numel[l]);
+    datasets.push_back({group + "master", ElementType::f32, nullptr, numel, [&, l]() -> const void* {
+                          current = shards.fetch(l);
+                          current_layer = l;
+                          SO_CHECK(current.numel == shards.numel[l], "layer " << l << "'s shard holds " << current.numel
+                                                                               << " elements, not the " << shards.numel[l] << " laid out");
+                          return current.master;
+                        }});
+    datasets.push_back({group + "exp_avg", ElementType::f32, nullptr, numel, [&, l]() -> const void* { return of_layer(l).exp_avg; }});
+    datasets.push_back(
+        {group + "exp_avg_sq", ElementType::f32, nullptr, numel, [&, l]() -> const void* { return of_layer(l).exp_avg_sq; }});
+    datasets.push_back({group + "steps", ElementType::i64, nullptr, 1, [&, l]() -> const void* { return &of_layer(l).steps; }});
   }
   const int64_t header[3] = {kCheckpointFormatVersion, step, rank};
   datasets.push_back({"header", ElementType::i64, header, 3});
@@ -79,7 +92,14 @@ std::string reason_of(const std::string& cause) {
 
 }  // namespace
 
-SaveResult save_checkpoint(const fs::path& root, int64_t step, const std::vector<ShardView>& shards,
+ShardSource shard_source(const std::vector<ShardView>& views) {
+  ShardSource source;
+  for (const auto& v : views) source.numel.push_back(v.numel);
+  source.fetch = [&views](size_t layer) { return views.at(layer); };
+  return source;
+}
+
+SaveResult save_checkpoint(const fs::path& root, int64_t step, const ShardSource& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress,
                            ReadBack read_back_from, bool best) {

@@ -30,6 +30,18 @@ struct ShardView {
   int64_t steps = 0;
 };
 
+// The rank's layer shards, handed to the writer one layer at a time: each layer's element
+// count first (the file's layout is made before any data), then `fetch(l)` for l = 0, 1, … in
+// order as the file reaches layer l, its pointers valid until the next call. A save thus needs
+// host memory for one layer's copy of the state where the optimizer must make a copy (state on
+// NVMe, bf16 moments, a layer in several sub-groups), not for the whole rank's.
+struct ShardSource {
+  std::vector<int64_t> numel;
+  std::function<ShardView(size_t layer)> fetch;
+};
+// A source over views that all exist already and outlive it (benchmarks, tests).
+ShardSource shard_source(const std::vector<ShardView>& views);
+
 struct SaveResult {
   std::filesystem::path directory;
   uint64_t bytes = 0;      // all rank files
@@ -56,7 +68,7 @@ class SaveFailed : public Error {
 // `read_back_from`: where each rank file's CRCs are read back from (rank_file.hpp).
 // `best`: `best` names this checkpoint too once it is complete (also when it existed already).
 // The checkpoint `best` names is never deleted for keep_last.
-SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const std::vector<ShardView>& shards,
+SaveResult save_checkpoint(const std::filesystem::path& root, int64_t step, const ShardSource& shards,
                            const RankBlobs& rank_blobs, nlohmann::json manifest, int64_t keep_last,
                            MPI_Comm comm, const std::function<void(const std::string&)>& progress = nullptr,
                            ReadBack read_back_from = ReadBack::page_cache, bool best = false);

@@ -134,7 +134,7 @@ WrittenFile write_rank_file(const fs::path& path, const std::vector<DatasetSourc
     const uint64_t bytes = source.count * element_bytes(source.type);
     const uint64_t block_bytes = block_bytes_for(bytes);
     std::vector<uint32_t> crcs;
-    const char* data = static_cast<const char*>(source.data);
+    const char* data = static_cast<const char*>(source.fetch ? source.fetch() : source.data);
     // Checksummed block by block right before it is written, so the write copies from cache.
     for (uint64_t at = 0; at < bytes; at += block_bytes) {
       const uint64_t n = std::min(block_bytes, bytes - at);

@@ -26,12 +26,15 @@ namespace superoffload::io {
 
 enum class ElementType { f32, i64, u8 };
 
-// One dataset to write: `count` elements at `data` (host memory, native little-endian).
+// One dataset to write: `count` elements at `data` (host memory, native little-endian), or
+// where `fetch` is set, at the pointer it returns when the dataset's turn comes (datasets are
+// written in order, each once; the pointer need stay valid only until the next dataset's).
 struct DatasetSource {
   std::string name;  // "layers/00003/master"
   ElementType type = ElementType::f32;
   const void* data = nullptr;
   uint64_t count = 0;
+  std::function<const void*()> fetch;
 };
 
 struct WrittenFile {

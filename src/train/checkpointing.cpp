@@ -61,6 +61,29 @@ int64_t count_non_finite(const at::Tensor& t) {
   });
 }
 
+// NaN and inf in a layer's working weights: the engine's shard, on its device and in the compute
+// dtype, which the optimizer writes from the fp32 master at every step (a non-finite master
+// value stays non-finite there; a finite one beyond bf16's range becomes inf, and the model
+// computes with that). Read where it is, so that no copy of the master is made to look at it.
+int64_t count_non_finite_weights(const at::Tensor& shard) {
+  if (shard.device().is_cpu() && shard.scalar_type() == at::kFloat) return count_non_finite(shard);
+  constexpr int64_t kSlice = int64_t{1} << 24;  // a slice's boolean temporary: 16 MB
+  int64_t count = 0;
+  for (int64_t at = 0; at < shard.numel(); at += kSlice) {
+    count += at::isfinite(shard.narrow(0, at, std::min(kSlice, shard.numel() - at))).logical_not().sum().item<int64_t>();
+  }
+  return count;
+}
+
+// The host pointers of a layer's exported state, for the writer.
+io::ShardView view_of(const optim::ShardState& s) {
+  return {.master = s.master.data_ptr<float>(),
+          .exp_avg = s.exp_avg.data_ptr<float>(),
+          .exp_avg_sq = s.exp_avg_sq.data_ptr<float>(),
+          .numel = s.master.numel(),
+          .steps = s.steps};
+}
+
 // A float setting as the manifest's TOML and this run both write it.
 std::string number_text(double value) {
   std::ostringstream out;
@@ -157,22 +180,11 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
       kind == Kind::periodic && config_.checkpoint.async_save && world_.thread_level() == MPI_THREAD_MULTIPLE;
   const double copy_start_s = base::now_s();
   auto& layers = engine_.layers();
-  std::vector<optim::ShardState> states;  // keeps the host copies alive while they are written
-  std::vector<io::ShardView> views;
   nlohmann::json layout = nlohmann::json::array();
   const auto& placed = placement();
+  io::ShardSource source;
   for (size_t l = 0; l < layers.size(); ++l) {
-    auto s = optimizer_.export_layer(l);
-    // A background save needs its own copy: the optimizer's host buffers change next step.
-    s.master = background ? s.master.clone() : s.master.contiguous();
-    s.exp_avg = background ? s.exp_avg.clone() : s.exp_avg.contiguous();
-    s.exp_avg_sq = background ? s.exp_avg_sq.clone() : s.exp_avg_sq.contiguous();
-    views.push_back({.master = s.master.data_ptr<float>(),
-                     .exp_avg = s.exp_avg.data_ptr<float>(),
-                     .exp_avg_sq = s.exp_avg_sq.data_ptr<float>(),
-                     .numel = s.master.numel(),
-                     .steps = s.steps});
-    states.push_back(std::move(s));
+    source.numel.push_back(layers[l].shard_numel());
     const auto& l_layout = layers[l].layout();
     nlohmann::json parameters = nlohmann::json::array();
     for (const auto& p : l_layout.parameters()) {
@@ -183,7 +195,29 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
                       {"shard_numel", layers[l].shard_numel()}, {"parameters", parameters}});
     if (!placed.is_null()) layout.back()["placement"] = placed[l];
   }
-  refuse_non_finite_weights(states, position.step);
+  refuse_non_finite_weights(position.step);
+  if (background) {
+    // A background save needs its own copy of every layer's state, made now: the optimizer's
+    // host buffers change next step (the setting's documented cost: one more copy of the state).
+    auto states = std::make_shared<std::vector<optim::ShardState>>();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      auto s = optimizer_.export_layer(l);
+      states->push_back({s.master.clone(), s.exp_avg.clone(), s.exp_avg_sq.clone(), s.steps});
+    }
+    source.fetch = [states](size_t l) { return view_of((*states)[l]); };
+  } else {
+    // Layer by layer as the file reaches it: where the optimizer exports a copy (state on NVMe,
+    // bf16 moments widened, a layer of several sub-groups joined), one layer's copy exists at a
+    // time. (All layers exported first took 12 bytes per parameter beyond the plan: a 1.5B run
+    // with its state on NVMe, 14 GB at its peak, was killed at 22 GB by the OOM killer at its
+    // first save on this 24 GiB machine.)
+    source.fetch = [this, held = std::make_shared<optim::ShardState>()](size_t l) {
+      *held = {};  // the last layer's copy goes before this one's is made
+      auto s = optimizer_.export_layer(l);
+      *held = {s.master.contiguous(), s.exp_avg.contiguous(), s.exp_avg_sq.contiguous(), s.steps};
+      return view_of(*held);
+    };
+  }
   nlohmann::json manifest;
   manifest["layers"] = layout;
   manifest["model"] = model_;
@@ -213,10 +247,10 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
     progress_("saving the checkpoint of step " + std::to_string(step) + ": " + what);
   } : std::function<void(const std::string&)>();
   // Runs on this thread, or on the writer thread for a background save.
-  auto write = [this, states = std::move(states), views = std::move(views), manifest = std::move(manifest),
+  auto write = [this, source = std::move(source), manifest = std::move(manifest),
                 step = position.step, background, best, position_best_loss = position.evaluation.best_loss, copy_s = base::now_s() - copy_start_s, blobs = io::RankBlobs{{"rng_state", cpu_rng_state()}, {"optimizer_state", bytes_of(optimizer_.export_rank_state())}},
                 progress = std::move(progress)]() mutable {
-    const auto result = io::save_checkpoint(root_, step, views, blobs, manifest, config_.checkpoint.keep_last,
+    const auto result = io::save_checkpoint(root_, step, source, blobs, manifest, config_.checkpoint.keep_last,
                                             background ? writer_comm_ : world_.world(),
                                             background ? std::function<void(const std::string&)>() : progress,
                                             config_.checkpoint.verify_from_disk ? io::ReadBack::device
@@ -268,10 +302,10 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
 // from it and lose the run. Skipped steps keep NaN out of the weights, so this fires only
 // when something else went wrong; the job ends with the previous checkpoint still latest.
 // Weights loaded with [model] allow_non_finite_weights are saved with a warning instead.
-void TrainingCheckpoints::refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step) {
+void TrainingCheckpoints::refuse_non_finite_weights(int64_t step) {
   int64_t total = 0, first_layer = INT64_MAX;  // non-finite values; the first layer holding one
-  for (size_t l = 0; l < states.size(); ++l) {
-    const auto n = count_non_finite(states[l].master);
+  for (size_t l = 0; l < engine_.layers().size(); ++l) {
+    const auto n = count_non_finite_weights(engine_.layers()[l].shard());
     total += n;
     if (n > 0) first_layer = std::min(first_layer, static_cast<int64_t>(l));
   }

@@ -81,7 +81,7 @@ class TrainingCheckpoints {
   // training continues. Not collective.
   TrainingPosition load_from(io::CheckpointReader& reader, const std::filesystem::path& directory);
   // Collective: ends the job when a shard holds NaN or inf (see the definition).
-  void refuse_non_finite_weights(const std::vector<optim::ShardState>& states, int64_t step);
+  void refuse_non_finite_weights(int64_t step);
   // Collective, once: under expert parallelism, where every rank's shard of each layer lies in
   // the layer's full flat layout (manifest "placement", per rank [[begin, shard offset,
   // length], ...]), for readers at any world and expert-parallel size. Null without it
