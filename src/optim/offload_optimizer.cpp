@@ -279,21 +279,37 @@ std::string OffloadOptimizer::describe() const {
 }
 
 ShardState OffloadOptimizer::export_layer(size_t layer) const {
-  std::vector<at::Tensor> master, exp_avg, exp_avg_sq;
+  const auto& groups = groups_of_layer_[layer];  // none where the shard is empty
   int64_t steps = -1;
-  for (size_t i : groups_of_layer_[layer]) {
-    const auto& g = groups_[i];
-    const auto state = acquire_state(g);
-    // Copies (not views): an NVMe buffer is reused once released.
-    master.push_back(state.master.to(at::kCPU, at::kFloat, false, /*copy=*/g.region >= 0));
-    exp_avg.push_back(state.exp_avg.to(at::kCPU, at::kFloat, false, g.region >= 0));  // bf16 moments widen exactly
-    exp_avg_sq.push_back(state.exp_avg_sq.to(at::kCPU, at::kFloat, false, g.region >= 0));
-    release_state(g, /*dirty=*/false);
+  auto count_steps = [&](const SubGroup& g) {
     SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
     steps = g.steps;
+  };
+  if (groups.size() == 1 && groups_[groups[0]].region < 0 && groups_[groups[0]].on_cpu && !s_.bf16_moments) {
+    // The whole layer in one host sub-group in fp32: its own tensors, no copy.
+    const auto& g = groups_[groups[0]];
+    count_steps(g);
+    return {g.master, g.exp_avg, g.exp_avg_sq, std::max<int64_t>(steps, 0)};
   }
-  auto join = [](std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
-  return {join(master), join(exp_avg), join(exp_avg_sq), std::max<int64_t>(steps, 0)};
+  // Otherwise one fp32 host tensor each for the layer, each sub-group copied into its part:
+  // from the NVMe tier's buffers (reused once released), widened from bf16 moments (exactly),
+  // or from the device. (Copies of each sub-group joined with at::cat afterwards held the
+  // layer's state twice, the transient of every checkpoint save.)
+  const int64_t numel = engine_.layers()[layer].shard_numel();  // the sub-groups tile it
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat);
+  ShardState out{at::empty({numel}, fp32), at::empty({numel}, fp32), at::empty({numel}, fp32), 0};
+  for (size_t i : groups) {
+    const auto& g = groups_[i];
+    const auto state = acquire_state(g);
+    const int64_t length = g.end - g.begin;
+    out.master.narrow(0, g.begin, length).copy_(state.master);
+    out.exp_avg.narrow(0, g.begin, length).copy_(state.exp_avg);  // bf16 moments widen exactly
+    out.exp_avg_sq.narrow(0, g.begin, length).copy_(state.exp_avg_sq);
+    release_state(g, /*dirty=*/false);
+    count_steps(g);
+  }
+  out.steps = std::max<int64_t>(steps, 0);
+  return out;
 }
 
 void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {

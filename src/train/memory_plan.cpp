@@ -226,7 +226,12 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // 2026-11-27 it materialised a full fp32 layer, which this term was sized for); reading
   // safetensors by shard needs neither. A layer in fp32 stays the bound: for random
   // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).
-  p.host_setup_bytes = 4 * largest;
+  // A checkpoint save exports one layer's state at a time (train/checkpointing): where the
+  // optimizer copies it (state on NVMe or in bf16, a layer of several sub-groups, a GPU run),
+  // master and moments of the largest shard in fp32, 12 bytes a parameter. Both happen when
+  // the step's own transients are gone, and never together: the larger one is counted.
+  const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
+  p.host_setup_bytes = std::max(4 * largest, saves ? 12 * largest / ranks : 0.0);
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured: Open
   // MPI's shared-memory transport and the collectives' buffers, 34-46 MiB per rank at 2-8 ranks
@@ -299,7 +304,7 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
                     (device_capacity_bytes > 0 ? " of " + gib(device_capacity_bytes) : ""));
   }
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
-                  (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up " +
+                  (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up or a save's layer " +
                   gib(p.host_setup_bytes) +
                   (p.host_activation_bytes > 0 ? ", activation checkpoints " + gib(p.host_activation_bytes) : "") +
                   ", program and libraries " + gib(p.host_runtime_bytes) +
