@@ -47,6 +47,14 @@ print(f"{command:8s} {model:6s} {ranks:>5s} {variant:22s} {plan / 2**20:9.0f} {m
       f"{min(ratios):6.3f}-{max(ratios):<6.3f}{mark}")
 PY
 }
+whole_peak() {  # OUT COMMAND...: runs COMMAND, writes the peak RSS in KiB of its largest descendant to OUT
+  "$py" - "$@" <<'PY'
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\n")
+sys.exit(code)
+PY
+}
 from_log() {  # LOG: the plan and peak of a command's "host memory:" line, in bytes
   "$py" - "$1" <<'PY'
 import re, sys
@@ -75,7 +83,7 @@ for name in ${SO_MATRIX_MODELS:-tiny 125m}; do
       # NVMe run at 1 rank does (the same checkpoint format, written from the NVMe tier).
       save=false
       [[ $ranks == 1 && ( $variant == fp32 || ( $variant == nvme && ! -d $work/train_${name}_1_fp32/checkpoints ) ) ]] && save=true
-      if ! mpirun -np "$ranks" --oversubscribe "$bin" train configs/tiny.toml --set model.path=\""$model"\" \
+      if ! whole_peak "$out.kib" mpirun -np "$ranks" --oversubscribe "$bin" train configs/tiny.toml --set model.path=\""$model"\" \
           --set model.init=\"pretrained\" --set data.path=\""$work/corpus.jsonl"\" --set training.max_steps=2 \
           --set training.output_dir=\""$out"\" --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=$save \
           "${extra[@]}" > "$out.log" 2>&1; then
@@ -93,6 +101,9 @@ print(float(f.attrs["planned_host_bytes"]), " ".join(str(float(x)) for x in f["r
 PY
 )
       row train "$name" "$ranks" "$variant" "$plan" "$peaks"
+      # metrics.h5's peaks end with the last step; a run that saves on exit also gets a row for
+      # the whole run, its save included (the largest rank's peak).
+      if $save; then row train "$name" "$ranks" "$variant + save (whole run)" "$plan" "$(($(cat "$out.kib") * 1024))"; fi
     done
   done
   "$bin" eval --model "$model" --tokens "$work/eval.h5" > "$work/eval_$name.log" 2>&1

@@ -220,6 +220,9 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   } else {
     p.host_optimizer_bytes += state_bytes;
   }
+  // [checkpoint] async_save: a periodic save first copies every layer's master and moments in
+  // fp32 (train/checkpointing), and the copy lives while training goes on beside its writing.
+  if (cfg.checkpoint.async_save && cfg.checkpoint.every_steps > 0) p.host_optimizer_bytes += 12 * n;
   // Set-up beyond the shards: a resume maps the checkpoint's file in windows of at most a
   // layer's shard at a time (io::RankFileReader::kReadWindowBytes per thread); random
   // initialisation by shard draws one 16 MiB block per thread (model_io/random_init; until

@@ -6,8 +6,7 @@
 # SO_PLAN_125M=1 (label slow) a ~125M-parameter Llama at 1, 2 and 8 ranks. The same for the
 # other commands, from the "host memory:" line each logs at its end: `export` (bf16) of each
 # model's 1-rank checkpoint, `eval` of the exported model, and `prepare` of a 2M-token JSONL at
-# 1 and 2 ranks; and the whole process of a 1-rank run with its optimizer state on NVMe, its
-# checkpoint save included. (bench/host_plan_matrix.sh runs the whole matrix: bf16, bf16
+# 1 and 2 ranks; and whole 1-rank runs with checkpoint saves (optimizer state on NVMe; async). (bench/host_plan_matrix.sh runs the whole matrix: bf16, bf16
 # moments, NVMe.)
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
@@ -75,24 +74,32 @@ for entry in "${models[@]}"; do
     fail "eval of $name: $(tail -5 "$tmp/$name-eval.log")"
   check_log "$tmp/$name-eval.log" "$(printf '%4s' "$name") eval"
 done
-# A checkpoint save of a run whose optimizer state is on NVMe: it exports the state a layer at a
-# time (until 2026-11-28 all layers at once: 12 bytes a parameter beyond the plan, a 1.5B run
-# OOM-killed at its first save). The peak is the whole process's, the save on exit included,
-# which metrics.h5's per-step peaks end before.
-mkdir -p "$tmp/swap"
-peak_rss_kib "$tmp/nvme-save.kib" "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/tiny-llama \
-  --set data.path="$tmp/corpus.jsonl" --set training.output_dir="$tmp/nvme-save" --set training.max_steps=2 \
-  --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=true --set offload.device='"nvme"' \
-  --set offload.nvme_path="\"$tmp/swap\"" > "$tmp/nvme-save.log" 2>&1 || fail "NVMe run with a save: $(tail -10 "$tmp/nvme-save.log")"
-[[ -f $tmp/nvme-save/checkpoints/step_00000002/DONE ]] || fail "the NVMe run saved no checkpoint: $tmp/nvme-save.log"
-"$SO_PYTHON" - "$tmp/nvme-save/metrics.h5" "$(cat "$tmp/nvme-save.kib")" <<'PY' || off+=("tiny NVMe run with its save")
+# Checkpoint saves, measured over the whole process (metrics.h5's per-step peaks end before a
+# save on exit): a run whose optimizer state is on NVMe exports it a layer at a time as it saves
+# (until 2026-11-28 all layers at once: 12 bytes a parameter beyond the plan, a 1.5B run
+# OOM-killed at its first save); `async_save` copies the whole state first, which the plan counts.
+# whole_run LABEL DIR SETTING...: tiny on 1 rank, 2 steps, its plan within -5% / +10% of the peak.
+whole_run() {
+  local label=$1 dir=$2
+  shift 2
+  peak_rss_kib "$dir.kib" "$SO_BIN" train configs/tiny.toml --set model.path=configs/models/tiny-llama \
+    --set data.path="$tmp/corpus.jsonl" --set training.output_dir="$dir" --set training.max_steps=2 "$@" \
+    > "$dir.log" 2>&1 || fail "$label: $(tail -10 "$dir.log")"
+  [[ -f $dir/checkpoints/step_00000002/DONE ]] || fail "$label saved no checkpoint of step 2: $dir.log"
+  "$SO_PYTHON" - "$dir/metrics.h5" "$(cat "$dir.kib")" "$label" <<'PY' || off+=("$label")
 import sys, h5py
 planned = float(h5py.File(sys.argv[1], "r").attrs["planned_host_bytes"])
 peak = float(sys.argv[2]) * 1024
-print(f"tiny on 1 rank, NVMe, saved: plan {planned / 2**30:.3f} GiB, whole-process peak {peak / 2**30:.3f} GiB: "
-      f"plan/peak {planned / peak:.3f}")
+print(f"{sys.argv[3]}: plan {planned / 2**30:.3f} GiB, whole-process peak {peak / 2**30:.3f} GiB: plan/peak {planned / peak:.3f}")
 assert 0.95 <= planned / peak <= 1.10, planned / peak
 PY
+}
+mkdir -p "$tmp/swap"
+whole_run "tiny on 1 rank, NVMe, saved on exit" "$tmp/nvme-save" --set checkpoint.every_steps=0 \
+  --set checkpoint.save_on_exit=true --set offload.device='"nvme"' --set offload.nvme_path="\"$tmp/swap\""
+whole_run "tiny on 1 rank, async saves every step" "$tmp/async-save" --set checkpoint.every_steps=1 \
+  --set checkpoint.async_save=true --set checkpoint.save_on_exit=false
+grep -q "written in the background" "$tmp/async-save.log" || fail "the async saves were not written in the background"
 "$SO_DEMO_CORPUS" "$tmp/prepare.jsonl" --tokens 2000000 > /dev/null || fail "demo corpus for prepare"
 for ranks in 1 2; do
   "$MPIEXEC" -np "$ranks" --oversubscribe "$SO_BIN" prepare configs/tiny.toml --set data.path="$tmp/prepare.jsonl" \
