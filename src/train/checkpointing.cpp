@@ -528,14 +528,22 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
   }
   const int rank = world_.rank();
   auto& layers = engine_.layers();
+  // One buffer for the three fp32 arrays of the largest shard, reused by every layer: the
+  // optimizer copies a layer's state into its own buffers (import_layer), and fresh buffers
+  // per layer were fresh pages, each faulted in — a first touch of 12 bytes per parameter
+  // (0.55B at 1 rank, 5.6 GB of checkpoint from the page cache: 4.4-4.6 s -> 2.2-2.6 s).
+  int64_t largest = 0;
+  for (const auto& layer : layers) largest = std::max(largest, layer.shard_numel());
+  const auto scratch = at::empty({3 * largest}, at::kFloat);
   for (size_t l = 0; l < layers.size(); ++l) {
     // This rank's ranges of the layer's full layout, wherever the writer's ranks held them;
     // the padding between and after them stays 0 whatever the writer's padding held.
     const auto ranges = canonical_ranges(layers[l]);
     optim::ShardState state;
+    int64_t part = 0;
     for (auto [field, tensor] : {std::pair{"master", &state.master}, std::pair{"exp_avg", &state.exp_avg},
                                  std::pair{"exp_avg_sq", &state.exp_avg_sq}}) {
-      *tensor = at::empty({layers[l].shard_numel()}, at::kFloat);
+      *tensor = scratch.narrow(0, part++ * largest, layers[l].shard_numel());
       int64_t covered = 0;  // shard elements up to here are read or zeroed
       for (const auto& [begin, offset, length] : ranges) {
         if (offset > covered) tensor->narrow(0, covered, offset - covered).zero_();

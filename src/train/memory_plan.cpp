@@ -231,8 +231,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).
   // A checkpoint save exports one layer's state at a time (train/checkpointing): where the
   // optimizer copies it (state on NVMe or in bf16, a layer of several sub-groups, a GPU run),
-  // master and moments of the largest shard in fp32, 12 bytes a parameter. Both happen when
-  // the step's own transients are gone, and never together: the larger one is counted.
+  // master and moments of the largest shard in fp32, 12 bytes a parameter; a resume reads
+  // each layer into one buffer of that size before the optimizer takes it. These happen when
+  // the step's own transients are gone, and never together: the largest one is counted. A run
+  // that saves nothing counts set-up's layer only: should it resume, that under-counts the
+  // resume's layer by 8 bytes a parameter of the largest layer at 1 rank, 2 at 2, none beyond.
   const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
   p.host_setup_bytes = std::max(4 * largest, saves ? 12 * largest / ranks : 0.0);
   const double mib = 1024.0 * 1024;
