@@ -14,7 +14,7 @@ namespace superoffload::base {
 // kernel cannot do it (older kernels, other mappings); the memory is then faulted in by its
 // first writes as before, so a caller need not care. The following writes then take no faults:
 // on this project's 2-core VM, widening 1 GB of bf16 into 2 GB of fresh fp32 took 0.57 s with a
-// fault per page and 0.46 s populated first (bench_first_touch --populate shows the same).
+// fault per page and 0.46 s populated first (bench_first_touch measures both ways).
 bool populate_for_write(void* data, size_t bytes);
 
 }  // namespace superoffload::base

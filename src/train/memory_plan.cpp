@@ -310,7 +310,7 @@ std::vector<std::string> describe_plan(const ModelSize& m, const MemoryPlan& p, 
                     (device_capacity_bytes > 0 ? " of " + gib(device_capacity_bytes) : ""));
   }
   lines.push_back(std::string("per rank, host: optimizer state ") + gib(p.host_optimizer_bytes - (p.on_gpu ? 0 : p.device_total())) +
-                  (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up or a save's layer " +
+                  (p.on_gpu ? "" : " + model, gradients and activations " + gib(p.device_total())) + ", set-up or a save's or resume's layer " +
                   gib(p.host_setup_bytes) +
                   (p.host_activation_bytes > 0 ? ", activation checkpoints " + gib(p.host_activation_bytes) : "") +
                   ", program and libraries " + gib(p.host_runtime_bytes) +
