@@ -52,6 +52,13 @@ void make_resident(char* data, size_t bytes, bool zero) {
   });
 }
 
+// The bytes of a mapping of its own for `sizes` x `type`: whole pages, at least one.
+size_t mapping_bytes(at::IntArrayRef sizes, at::ScalarType type) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t used = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(type);
+  return std::max<size_t>(page, (used + page - 1) / page * page);
+}
+
 }  // namespace
 
 HostMemory::HostMemory(bool pin, int64_t planned_bytes, std::string purpose, std::string setting)
@@ -82,10 +89,7 @@ at::Tensor HostMemory::plain(at::IntArrayRef sizes, at::ScalarType type, bool ze
   // A buffer of 4 MiB or more (glibc's mmap threshold here: it would be a mapping of its own
   // anyway) is mapped directly: fresh anonymous pages are zero, so a zeroed buffer (the moments)
   // costs no pass of its own over the memory.
-  const size_t used = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(type);
-  if (used >= (size_t{4} << 20)) {
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t bytes = (used + page - 1) / page * page;
+  if (const size_t bytes = mapping_bytes(sizes, type); bytes >= (size_t{4} << 20)) {
     void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data != MAP_FAILED) {
       make_resident(static_cast<char*>(data), bytes, /*zero=*/false);
@@ -101,9 +105,7 @@ at::Tensor HostMemory::empty(at::IntArrayRef sizes, at::ScalarType type) {
   if (pin_) {
     // Mapped and registered at the size asked for: LibTorch's pinned allocator would round each
     // buffer up to a power of two (up to twice the host memory of the plan).
-    const int64_t numel = c10::multiply_integers(sizes);
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t bytes = std::max<size_t>(page, (static_cast<size_t>(numel) * c10::elementSize(type) + page - 1) / page * page);
+    const size_t bytes = mapping_bytes(sizes, type);
     void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     std::string why;
     if (data == MAP_FAILED) {

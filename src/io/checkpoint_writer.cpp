@@ -42,7 +42,11 @@ WrittenFile write_rank(const fs::path& path, int64_t step, int rank, const Shard
     const auto group = layer_group(l);
     const auto numel = static_cast<uint64_t>(shards.numel[l]);
     datasets.push_back({group + "master", ElementType::f32, nullptr, numel, [&, l]() -> const void* {
-                          current = shards.fetch(l);
+                          try {
+                            current = shards.fetch(l);
+                          } catch (const std::exception& e) {  // said as what it is, not as a write error
+                            SO_FAIL("layer " << l << "'s optimizer state could not be read for the checkpoint: " << e.what());
+                          }
                           current_layer = l;
                           SO_CHECK(current.numel == shards.numel[l], "layer " << l << "'s shard holds " << current.numel
                                                                                << " elements, not the " << shards.numel[l] << " laid out");
