@@ -638,8 +638,9 @@ void TrainingRun::set_up_engine() {
   base::PhaseCost filling;
   const bool by_shard = !fill_from_checkpoint && loaded.fill_ranges != nullptr;
   const auto fill_shard =
-      by_shard ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
-               : nullptr;
+      by_shard               ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
+      : fill_from_checkpoint ? resident_shard_filler()
+                             : nullptr;
   engine_ = std::make_unique<zero::ZeroEngine>(
       loaded.model, *communicator_, engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get(), expert_parallel_.get()),
       [&filling, &loaded, fill_from_checkpoint, by_shard](size_t layer) {

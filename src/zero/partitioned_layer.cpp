@@ -99,7 +99,8 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
   torch::NoGradGuard no_grad;
   // Only this rank's pieces, each element written once: the pieces by the filler (weights read
   // by shard), else from the layer's own parameters (random initialisation, full layers read;
-  // on a resume they are uninitialised and the checkpoint overwrites the shard later); the rest (the padding after the last parameter) zeroed here, not the whole
+  // a resume's filler only makes the shard resident: the checkpoint writes it later); the rest
+  // (the padding after the last parameter) zeroed here, not the whole
   // buffer first. A shard already in the compute dtype on the host (fp32 CPU runs) is the
   // buffer itself. (Copying the whole layer into a zeroed flat buffer and cloning this rank's
   // part took three passes over the layer and two full-size allocations: 0.36B at 1 rank,
