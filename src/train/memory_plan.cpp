@@ -90,7 +90,7 @@ ModelSize model_size_from_config(const std::string& model_dir) {
   return m;
 }
 
-MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks, bool on_gpu) {
+MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks, bool on_gpu, bool resumes) {
   MemoryPlan p;
   p.ranks = ranks;
   p.on_gpu = on_gpu;
@@ -234,10 +234,9 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // master and moments of the largest shard in fp32, 12 bytes a parameter; a resume reads
   // each layer into one buffer of that size before the optimizer takes it. These happen when
   // the step's own transients are gone, and never together: the largest one is counted. A run
-  // that saves nothing counts set-up's layer only: should it resume, that under-counts the
-  // resume's layer by 8 bytes a parameter of the largest layer at 1 rank, 2 at 2, none beyond.
+  // that neither saves nor resumes counts set-up's layer only.
   const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
-  p.host_setup_bytes = std::max(4 * largest, saves ? 12 * largest / ranks : 0.0);
+  p.host_setup_bytes = std::max(4 * largest, saves || resumes ? 12 * largest / ranks : 0.0);
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured: Open
   // MPI's shared-memory transport and the collectives' buffers, 34-46 MiB per rank at 2-8 ranks

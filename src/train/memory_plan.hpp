@@ -82,7 +82,11 @@ struct MemoryPlan {
   double host_total() const { return host_optimizer_bytes + host_setup_bytes + host_activation_bytes + host_runtime_bytes; }
 };
 
-MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu);
+// `resumes`: the run starts from a checkpoint (train's --resume, or [checkpoint] auto_resume with
+// one there), which it reads layer by layer into a buffer of the largest shard's master and
+// moments. Counted by every run that saves anyway; it matters only to one that saves nothing.
+MemoryPlan plan_memory(const ModelSize& model, const config::Config& config, int ranks, bool on_gpu,
+                       bool resumes = false);
 
 // The longest [data] seq_len, in steps of `granularity` tokens (rounded up to a multiple of
 // sequence_parallel_size), whose plan fits the device (when on_gpu and a capacity is given) and

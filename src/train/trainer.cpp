@@ -121,10 +121,10 @@ bool attends_within_documents(config::AttentionScope scope, const data::TokenArr
 // Refuses, before anything is allocated, a run whose host memory need exceeds what this node
 // has, or (on a GPU) whose device memory need exceeds what this rank's GPU has free, with the
 // numbers and the settings that would make it fit.
-void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world, at::Device device) {
+void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world, at::Device device, bool resumes) {
   const bool on_gpu = device.is_cuda();
   const auto size = model_size_from_config(cfg.model.path);
-  const auto plan = plan_memory(size, cfg, world.size(), on_gpu);
+  const auto plan = plan_memory(size, cfg, world.size(), on_gpu, resumes);
   const double available = available_host_bytes();
   const double needed = plan.host_total() * world.local_size();
   const auto gpu = device_memory_info(device);
@@ -137,7 +137,7 @@ void check_memory_fits(const config::Config& cfg, const cluster::MpiWorld& world
     // The smallest world (same ranks per node) that would fit.
     int ranks = world.size();
     while (ranks < (1 << 16) &&
-           plan_memory(size, cfg, ranks, on_gpu).host_total() * world.local_size() > kPlanHeadroom * available) {
+           plan_memory(size, cfg, ranks, on_gpu, resumes).host_total() * world.local_size() > kPlanHeadroom * available) {
       ranks *= 2;
     }
     std::ostringstream message;
@@ -300,7 +300,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::Config& cfg, zero
 
 // Provenance stored with the metrics: config, hosts, binding table, versions, revision.
 std::map<std::string, std::string> run_attributes(const config::Config& cfg, const cluster::MpiWorld& world,
-                                                  const std::vector<std::string>& binding_table, at::Device device) {
+                                                  const std::vector<std::string>& binding_table, at::Device device,
+                                                  bool resumes) {
   std::string hosts, versions, binding;
   for (const auto& host : cluster::MpiWorld::allgather(world.host(), world.world())) hosts += host + "\n";
   for (const auto& [name, version] : train::software_versions()) versions += name + " " + version + "\n";
@@ -314,7 +315,7 @@ std::map<std::string, std::string> run_attributes(const config::Config& cfg, con
                                                 {"binding", binding}};
   // What /ranks/host_peak_rss_bytes is compared with: the plan's host bytes per rank.
   attributes["planned_host_bytes"] = std::to_string(static_cast<int64_t>(
-      plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), device.is_cuda()).host_total()));
+      plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), device.is_cuda(), resumes).host_total()));
   if (device.is_cuda()) {
     // What /train/device_peak_bytes is compared with: the plan's device bytes per rank, without
     // the runtime's share (which the caching allocator does not see).
@@ -594,8 +595,20 @@ void TrainingRun::set_up_engine() {
   }
   // Each part a phase of the start-up timeline, reported after step 1.
   process_baseline_bytes();  // measured now, before the run allocates: the plan's runtime share
+  // A run that will resume takes every weight and the optimizer state from the checkpoint:
+  // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
+  // minutes of work the checkpoint overwrites), and its plan counts the resume's layer. Found
+  // now, before the plan and the engine; resume() then loads it or throws (it never leaves a
+  // half-loaded state).
+  resume_request_ = !resume_.empty() ? resume_ : (cfg.checkpoint.auto_resume ? "latest" : "");
+  if (!resume_request_.empty()) {
+    std::vector<std::string> notes;  // resume() says them
+    fill_from_checkpoint_ = !io::resolve_checkpoint(TrainingCheckpoints::root_of(cfg), resume_request_, world.world(),
+                                                    notes, io::Verify::structure)
+                                 .empty();
+  }
   if (cfg.runtime.check_memory) {
-    check_memory_fits(cfg, world, device);
+    check_memory_fits(cfg, world, device, fill_from_checkpoint_);
   } else {
     check_model_buildable(cfg);
   }
@@ -618,17 +631,6 @@ void TrainingRun::set_up_engine() {
   communicator_ = zero::make_communicator(cfg.runtime.comm_backend, device, world.world());
   sequence_parallel_ = make_sequence_parallel(cfg, loaded.config, world, device);
   expert_parallel_ = make_expert_parallel(cfg, *loaded.model, world, device);
-  // A run that will resume takes every weight and the optimizer state from the checkpoint:
-  // its layers are neither read from safetensors nor initialised randomly first (for a 70B,
-  // minutes of work the checkpoint overwrites). Found now, before the engine; resume() then
-  // loads it or throws (it never leaves a half-loaded state).
-  resume_request_ = !resume_.empty() ? resume_ : (cfg.checkpoint.auto_resume ? "latest" : "");
-  if (!resume_request_.empty()) {
-    std::vector<std::string> notes;  // resume() says them
-    fill_from_checkpoint_ = !io::resolve_checkpoint(TrainingCheckpoints::root_of(cfg), resume_request_, world.world(),
-                                                    notes, io::Verify::structure)
-                                 .empty();
-  }
   const bool fill_from_checkpoint = fill_from_checkpoint_;
   // The engine fills and partitions the model layer by layer: the filling (weights read, or
   // random initialisation) is timed on its own.
@@ -751,7 +753,7 @@ void TrainingRun::resume() {
   for (const auto& phase : timeline_.phases()) startup_phases.push_back(phase.name);
   startup_phases.insert(startup_phases.end(), {"metrics", "first step"});
   metrics_ = std::make_unique<MetricsRecorder>(cfg, world, position_.step,
-                                               run_attributes(cfg, world, binding_table_, device_),
+                                               run_attributes(cfg, world, binding_table_, device_, fill_from_checkpoint_),
                                                layer_names(engine.layers()), startup_phases);
   timeline_.mark("metrics");
 }

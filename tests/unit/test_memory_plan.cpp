@@ -5,6 +5,7 @@
 // without room is refused with what would make the run fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -92,6 +93,25 @@ TEST(MemoryPlan, ActivationOffloadMovesTheSavedInputsToPinnedHostMemory) {
                  line.find("ms at a GH200's 450 GB/s") != std::string::npos;
   }
   EXPECT_TRUE(copy_time) << "the plan states the copies and their time against the link";
+}
+
+TEST(MemoryPlan, AResumeCountsItsLayerBufferWhenTheRunSavesNothing) {
+  // Llama-3.1-8B's largest layer is its head (lm_head 128256 x 4096 and the final norm's 4096).
+  // Set-up alone draws or reads it in fp32 (4 bytes a parameter); a resume reads master and
+  // moments of the largest shard into one buffer (12 bytes a parameter over the ranks), as a
+  // save exports them.
+  auto j = job("llama-3.1-8b", 1, {"checkpoint.save_on_exit=false", "checkpoint.every_steps=0"});
+  const double largest = 128256.0 * 4096 + 4096;
+  for (const int ranks : {1, 2, 4}) {
+    const auto fresh = t::plan_memory(j.size, j.config, ranks, true);
+    const auto resumed = t::plan_memory(j.size, j.config, ranks, true, /*resumes=*/true);
+    EXPECT_NEAR(fresh.host_setup_bytes, 4 * largest, 1e3) << ranks << " rank(s)";
+    EXPECT_NEAR(resumed.host_setup_bytes, std::max(4.0, 12.0 / ranks) * largest, 1e3) << ranks << " rank(s)";
+  }
+  auto saving = job("llama-3.1-8b", 1, {"checkpoint.save_on_exit=true"});
+  EXPECT_EQ(t::plan_memory(saving.size, saving.config, 1, true).host_setup_bytes,
+            t::plan_memory(saving.size, saving.config, 1, true, /*resumes=*/true).host_setup_bytes)
+      << "a run that saves counts the layer buffer already";
 }
 
 TEST(MemoryPlan, AGpuWithoutRoomIsRefusedWithWhatWouldFit) {
