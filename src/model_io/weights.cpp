@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "base/fresh_memory.hpp"
+#include "base/non_finite.hpp"
 #include "base/parallel_ranges.hpp"
 #include "cluster/compute_threads.hpp"
 
@@ -108,17 +109,6 @@ int scan_threads(int64_t elements) {
   return base::threads_for(elements, int64_t{1} << 22, cluster::compute_threads());
 }
 
-// Non-finite elements (NaN or ±inf) of fp32 `values`, in one pass on the rank's threads (no
-// boolean temporaries: a 1 GB layer's check allocated 2 GB and cost a third of its read).
-int64_t non_finite_count(const at::Tensor& values) {
-  const auto* bits = reinterpret_cast<const uint32_t*>(values.const_data_ptr<float>());
-  return base::parallel_sum<int64_t>(values.numel(), scan_threads(values.numel()), [&](int64_t begin, int64_t end) {
-    int64_t count = 0;
-    for (int64_t i = begin; i < end; ++i) count += (bits[i] & 0x7f800000u) == 0x7f800000u;
-    return count;
-  });
-}
-
 // A bf16 or fp32 run of elements widened to fp32 into `out` (bf16 is the top half of fp32's
 // bits), in one parallel pass that also looks for non-finite values; true when all are finite.
 // `out` is usually fresh memory (a shard being filled): each thread populates its part first.
@@ -146,7 +136,8 @@ bool widen_to_fp32(const at::Tensor& from, float* out) {
 void refuse_non_finite(const SafetensorsCheckpoint& checkpoint, const std::string& file_tensor, const std::string& stored,
                        const at::Tensor& values, bool part = false) {
   const auto count = values.scalar_type() == at::kFloat && values.is_contiguous()
-                         ? non_finite_count(values)
+                         ? base::count_non_finite(values.const_data_ptr<float>(), values.numel(),
+                                                  scan_threads(values.numel()))
                          : values.isfinite().logical_not().sum().item<int64_t>();
   if (count == 0) return;
   throw Error(checkpoint.path_of(file_tensor).string() + ": tensor \"" + stored + "\" holds " + std::to_string(count) +
@@ -351,7 +342,7 @@ size_t load_layer_ranges(CausalLM& model, size_t layer_index, SafetensorsCheckpo
     const auto from = source.reshape({-1}).narrow(0, r.begin, r.numel);  // touches only these bytes
     const bool finite = (from.scalar_type() == at::kBFloat16 || from.scalar_type() == at::kFloat)
                             ? widen_to_fp32(from, r.into)
-                            : (into.copy_(from), !non_finite_count(into));
+                            : (into.copy_(from), base::count_non_finite(r.into, r.numel, scan_threads(r.numel)) == 0);
     if (!finite && non_finite == NonFiniteWeights::refuse) {
       refuse_non_finite(checkpoint, mxfp4 ? stored + "_blocks" : stored, stored, into, /*part=*/true);
     }

@@ -16,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "base/logging.hpp"
+#include "base/non_finite.hpp"
 #include "base/parallel_ranges.hpp"
 #include "base/timer.hpp"
 #include "cluster/check_mpi.hpp"
@@ -50,23 +51,15 @@ void set_cpu_rng_state(const std::vector<uint8_t>& bytes) {
   generator.set_state(state);
 }
 
-// NaN and inf in a host fp32 buffer, in one pass on the rank's threads (one per 4 Mi elements).
-int64_t count_non_finite(const at::Tensor& t) {
-  const float* data = t.const_data_ptr<float>();
-  const int threads = base::threads_for(t.numel(), int64_t{1} << 22, cluster::compute_threads());
-  return base::parallel_sum<int64_t>(t.numel(), threads, [&](int64_t begin, int64_t end) {
-    int64_t count = 0;
-    for (int64_t i = begin; i < end; ++i) count += std::isfinite(data[i]) ? 0 : 1;
-    return count;
-  });
-}
-
 // NaN and inf in a layer's working weights: the engine's shard, on its device and in the compute
 // dtype, which the optimizer writes from the fp32 master at every step (a non-finite master
 // value stays non-finite there; a finite one beyond bf16's range becomes inf, and the model
 // computes with that). Read where it is, so that no copy of the master is made to look at it.
 int64_t count_non_finite_weights(const at::Tensor& shard) {
-  if (shard.device().is_cpu() && shard.scalar_type() == at::kFloat) return count_non_finite(shard);
+  if (shard.device().is_cpu() && shard.scalar_type() == at::kFloat && shard.is_contiguous()) {
+    return base::count_non_finite(shard.const_data_ptr<float>(), shard.numel(),
+                                  base::threads_for(shard.numel(), int64_t{1} << 22, cluster::compute_threads()));
+  }
   constexpr int64_t kSlice = int64_t{1} << 24;  // a slice's boolean temporary: 16 MB
   int64_t count = 0;
   for (int64_t at = 0; at < shard.numel(); at += kSlice) {

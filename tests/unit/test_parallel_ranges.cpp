@@ -1,5 +1,6 @@
 // base::parallel_ranges runs its ranges at the same time on as many threads as asked, covers
-// every index once, and rethrows a range's exception; parallel_sum is exact for integers. Random
+// every index once, and rethrows a range's exception; parallel_sum is exact for integers, and
+// count_non_finite, on it, counts NaN and ±inf and nothing else. Random
 // initialisation, which runs on it, draws the same values on 1 thread as on 4, and a rank's
 // ranges of a layer (init_layer_ranges: its shard) the same values as the whole layer.
 #include <ATen/CPUGeneratorImpl.h>
@@ -11,13 +12,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 #include "base/logging.hpp"
+#include "base/non_finite.hpp"
 #include "base/parallel_ranges.hpp"
 #include "model_io/load_model.hpp"
 #include "model_io/random_init.hpp"
@@ -91,6 +96,23 @@ TEST(ParallelRanges, IntegerSumIsExactAndThreadCountsAreBounded) {
   EXPECT_EQ(so::base::threads_for(100, 1 << 22, 16), 1);
   EXPECT_EQ(so::base::threads_for(int64_t{3} << 22, 1 << 22, 16), 3);
   EXPECT_EQ(so::base::threads_for(int64_t{100} << 22, 1 << 22, 16), 16);
+}
+
+TEST(NonFinite, CountsNanAndBothInfinitiesOnlyOnAnyThreadCount) {
+  std::vector<float> values(100'003, 1.0f);
+  const float finite_edges[] = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                                std::numeric_limits<float>::denorm_min(), -0.0f, 0.0f};
+  for (size_t i = 0; i < std::size(finite_edges); ++i) values[10 * i] = finite_edges[i];
+  EXPECT_EQ(so::base::count_non_finite(values.data(), static_cast<int64_t>(values.size()), 3), 0);
+  values[0] = std::numeric_limits<float>::quiet_NaN();
+  values[50'001] = std::numeric_limits<float>::infinity();
+  values[values.size() - 1] = -std::numeric_limits<float>::infinity();
+  values[77] = -std::numeric_limits<float>::signaling_NaN();
+  for (int threads : {1, 2, 7}) {
+    EXPECT_EQ(so::base::count_non_finite(values.data(), static_cast<int64_t>(values.size()), threads), 4)
+        << threads << " threads";
+  }
+  EXPECT_EQ(so::base::count_non_finite(values.data() + 1, 50'000, 2), 1) << "the signalling NaN at 77 only";
 }
 
 // A Llama config whose embedding spans three initialisation blocks (9,000 × 1,024 > 2 × 4 Mi
