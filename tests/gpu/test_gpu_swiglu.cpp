@@ -1,7 +1,8 @@
 // On a GPU, SwiGLU runs one CUDA kernel each way (model/blocks/swiglu_kernels.hpp). Its output
 // and the gradients of gate and up equal autograd's chain at::silu(gate) * up on the same GPU
-// in fp32, bf16 and fp16: for separate gate and up, for the halves of one gate_up tensor, and
-// for a layout the kernels do not take (which keeps the chain). "Equal" allows one unit in the
+// in fp32, bf16 and fp16: for separate gate and up and for the halves of one gate_up tensor
+// (the kernels' 16-byte path), for odd columns and unaligned rows (their scalar path), and for a
+// layout the kernels do not take (which keeps the chain). "Equal" allows one unit in the
 // last place where nvcc contracts a multiply-add differently from LibTorch's kernels; the test
 // prints how many elements differ at all. Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -71,6 +72,13 @@ TEST(GpuSwiglu, KernelsEqualAutogradsChain) {
     const auto gate = 4 * at::randn({3, 77, 1000}, options), up = at::randn({3, 77, 1000}, options);
     expect_chain(gate, up, /*stacked=*/false, name + ", separate");
     expect_chain(gate, up, /*stacked=*/true, name + ", one gate_up tensor");
+    // The kernels' scalar path: columns not a whole number of 16-byte packs, and rows that do
+    // not start on 16 bytes (a view one element in); the cases above take the packed path.
+    const auto odd_gate = 4 * at::randn({77, 1001}, options), odd_up = at::randn({77, 1001}, options);
+    expect_chain(odd_gate, odd_up, /*stacked=*/false, name + ", 1001 columns");
+    const auto wide_gate = 4 * at::randn({77, 1001}, options), wide_up = at::randn({77, 1001}, options);
+    expect_chain(wide_gate.narrow(1, 1, 1000), wide_up.narrow(1, 1, 1000), /*stacked=*/false,
+                 name + ", rows one element off 16 bytes");
     // Transposed: no row stride describes it; the chain runs instead.
     expect_chain(gate.transpose(0, 1), up.transpose(0, 1), /*stacked=*/false, name + ", transposed");
   }

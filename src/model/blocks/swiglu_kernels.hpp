@@ -5,7 +5,9 @@
 // Operands are [rows, cols] with the columns contiguous and a row stride each (a half of a
 // gate_up product is a view with the row stride 2 × cols). Values are computed in fp32 and
 // rounded to the element type where LibTorch's chain `silu(gate) * up` and its autograd
-// backward round: the results equal the chain's (tests/gpu/test_gpu_swiglu.cpp).
+// backward round: the results equal the chain's (tests/gpu/test_gpu_swiglu.cpp). Where every
+// operand's rows start on 16 bytes and hold whole 16-byte packs, the kernels load and store in
+// packs (the same arithmetic per element); otherwise element by element.
 #pragma once
 
 #include <cstdint>
