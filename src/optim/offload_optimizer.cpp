@@ -297,7 +297,7 @@ ShardState OffloadOptimizer::export_layer(size_t layer) const {
   // layer's state twice, the transient of every checkpoint save.)
   const int64_t numel = engine_.layers()[layer].shard_numel();  // the sub-groups tile it
   const auto fp32 = at::TensorOptions().dtype(at::kFloat);
-  ShardState out{at::empty({numel}, fp32), at::empty({numel}, fp32), at::empty({numel}, fp32), 0};
+  ShardState out{at::empty({numel}, fp32), at::empty({numel}, fp32), at::empty({numel}, fp32), 0, /*copied=*/true};
   for (size_t i : groups) {
     const auto& g = groups_[i];
     const auto state = acquire_state(g);

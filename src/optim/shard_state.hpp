@@ -11,6 +11,9 @@ namespace superoffload::optim {
 struct ShardState {
   at::Tensor master, exp_avg, exp_avg_sq;  // fp32, CPU, [shard_numel], contiguous
   int64_t steps = 0;                       // optimizer steps taken (bias correction)
+  // From export_layer: the tensors are a copy made for the caller (true), or the optimizer's
+  // own state (false), which its next step changes (a background save copies those).
+  bool copied = false;
 };
 
 }  // namespace superoffload::optim

@@ -36,7 +36,7 @@ std::string ShardedAdamW::describe() const {
 
 ShardState ShardedAdamW::export_layer(size_t layer) const {
   // Host tensors for the checkpoint writer: copies on a GPU run, the state itself on a CPU run.
-  return {master_[layer].cpu(), exp_avg_[layer].cpu(), exp_avg_sq_[layer].cpu(), steps_};
+  return {master_[layer].cpu(), exp_avg_[layer].cpu(), exp_avg_sq_[layer].cpu(), steps_, !master_[layer].is_cpu()};
 }
 
 void ShardedAdamW::import_layer(size_t layer, const ShardState& state) {

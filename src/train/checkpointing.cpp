@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include <toml++/toml.h>
 
@@ -192,10 +195,13 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
   if (background) {
     // A background save needs its own copy of every layer's state, made now: the optimizer's
     // host buffers change next step (the setting's documented cost: one more copy of the state).
+    // Where the export is a copy already (state on NVMe, bf16 moments, a GPU run), it is that
+    // copy; cloned again, each layer had briefly existed twice.
     auto states = std::make_shared<std::vector<optim::ShardState>>();
     for (size_t l = 0; l < layers.size(); ++l) {
       auto s = optimizer_.export_layer(l);
-      states->push_back({s.master.clone(), s.exp_avg.clone(), s.exp_avg_sq.clone(), s.steps});
+      if (!s.copied) s = {s.master.clone(), s.exp_avg.clone(), s.exp_avg_sq.clone(), s.steps, true};
+      states->push_back(std::move(s));
     }
     source.fetch = [states](size_t l) { return view_of((*states)[l]); };
   } else {
@@ -280,6 +286,12 @@ void TrainingCheckpoints::save(const TrainingPosition& position, Kind kind, bool
   if (writer_comm_ == MPI_COMM_NULL) SO_CHECK_MPI(MPI_Comm_dup(world_.world(), &writer_comm_));
   writer_ = std::thread([this, write = std::move(write)]() mutable {
     try {
+      // Tests only (tests/cli/test_checkpoint_resume.sh): the write starts this late, after the
+      // next step has changed the optimizer's state, so a save that held views of that state
+      // instead of a copy would write the later values.
+      if (const char* delay = std::getenv("SUPEROFFLOAD_TEST_BACKGROUND_SAVE_DELAY_MS")) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::max(0, std::atoi(delay))));
+      }
       write();
     } catch (const io::SaveFailed& e) {
       // Said now, not at the next save, which decides whether training may go on.
