@@ -13,7 +13,6 @@
 
 #include "base/fresh_memory.hpp"
 #include "base/logging.hpp"
-#include "base/parallel_ranges.hpp"
 #include "cluster/compute_threads.hpp"
 #include "cluster/host_pinning.hpp"
 
@@ -29,25 +28,14 @@ namespace {
 // cudaHostRegister faults every page in on the calling thread: 2.5 GB/s for untouched pages
 // on an H200 machine, most of the 64 s that an 8B's optimizer state took before step 1.
 void make_resident(char* data, size_t bytes, bool zero) {
-  // Chunks on absolute 2 MiB boundaries, so that each page lies wholly in one chunk (chunks
-  // counted from an unaligned `data` left the page across each boundary to neither).
-  constexpr uintptr_t kChunk = uintptr_t{2} << 20;
-  const auto begin = reinterpret_cast<uintptr_t>(data), end = begin + bytes;
-  const uintptr_t first = begin / kChunk * kChunk;
-  const auto chunks = static_cast<int64_t>((end - first + kChunk - 1) / kChunk);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  base::parallel_ranges(chunks, compute_threads(), [&](int64_t from_chunk, int64_t to_chunk) {
-    for (int64_t c = from_chunk; c < to_chunk; ++c) {
-      const uintptr_t from = std::max(begin, first + static_cast<uintptr_t>(c) * kChunk);
-      const uintptr_t to = std::min(end, first + static_cast<uintptr_t>(c + 1) * kChunk);
-      auto* at = reinterpret_cast<char*>(from);
-      if (zero) {
-        base::populate_for_write(at, to - from);
-        std::memset(at, 0, to - from);
-      } else if (!base::populate_for_write(at, to - from)) {
-        for (uintptr_t p = from; p < to; p += page) *reinterpret_cast<volatile char*>(p) = 0;
-        *reinterpret_cast<volatile char*>(to - 1) = 0;
-      }
+  base::for_each_page_chunk(data, bytes, compute_threads(), [zero, page](char* at, size_t length) {
+    if (zero) {
+      base::populate_for_write(at, length);
+      std::memset(at, 0, length);
+    } else if (!base::populate_for_write(at, length)) {
+      for (size_t p = 0; p < length; p += page) reinterpret_cast<volatile char*>(at)[p] = 0;
+      reinterpret_cast<volatile char*>(at)[length - 1] = 0;
     }
   });
 }

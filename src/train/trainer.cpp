@@ -640,11 +640,12 @@ void TrainingRun::set_up_engine() {
   base::PhaseCost filling;
   const bool by_shard = !fill_from_checkpoint && loaded.fill_ranges != nullptr;
   const auto fill_shard =
-      by_shard               ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
-      : fill_from_checkpoint ? resident_shard_filler()
-                             : nullptr;
+      by_shard ? shard_filler(loaded, [&filling](const std::function<void()>& read) { base::add_cost(filling, read); })
+               : nullptr;
+  auto options = engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get(), expert_parallel_.get());
+  options.shards_filled_later = fill_from_checkpoint;
   engine_ = std::make_unique<zero::ZeroEngine>(
-      loaded.model, *communicator_, engine_options(cfg, device, shape.hidden_size, sequence_parallel_.get(), expert_parallel_.get()),
+      loaded.model, *communicator_, options,
       [&filling, &loaded, fill_from_checkpoint, by_shard](size_t layer) {
         if (!fill_from_checkpoint && !by_shard) base::add_cost(filling, [&] { loaded.materialize(layer); });
       },

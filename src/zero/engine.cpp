@@ -107,7 +107,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<model::CausalLM> model, comm::Communicato
     }
     layers_.emplace_back(layers[i], comm_, buffers_, options_.compute_dtype, options_.device, persistent,
                          [this](const std::string& name) { return model_->decays(name); }, filler,
-                         options_.expert_parallel);
+                         options_.expert_parallel, options_.shards_filled_later);
   }
   account();
 }

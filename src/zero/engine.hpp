@@ -52,6 +52,9 @@ struct EngineOptions {
   // Expert parallelism (zero/expert_parallel.hpp), owned by the caller and outliving the
   // engine; null: every rank holds and computes every expert.
   const ExpertParallel* expert_parallel = nullptr;
+  // A resume: every shard is written after construction (from the checkpoint, through
+  // set_shard), so none is filled from the layers' parameters, which are left unfilled.
+  bool shards_filled_later = false;
 };
 
 struct MicroBatchResult {

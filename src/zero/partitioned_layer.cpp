@@ -1,11 +1,13 @@
 // PartitionedLayer.
 #include "zero/partitioned_layer.hpp"
 
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/fresh_memory.hpp"
 #include "base/timer.hpp"
 #include "zero/expert_parallel.hpp"
 
@@ -77,7 +79,8 @@ std::vector<LayerRegion> make_regions(const model::Layer& layer, const FlatLayou
 PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm,
                                    BufferCache& buffers, at::ScalarType compute_dtype, at::Device device,
                                    bool persistent, const std::function<bool(const std::string&)>& decays,
-                                   const ShardFiller& fill_shard, const ExpertParallel* expert_parallel)
+                                   const ShardFiller& fill_shard, const ExpertParallel* expert_parallel,
+                                   bool filled_later)
     : layer_(std::move(layer)), comm_(comm), buffers_(&buffers), persistent_(persistent),
       options_(at::TensorOptions().dtype(compute_dtype).device(device)) {
   std::vector<ParameterSlot> slots;
@@ -97,14 +100,39 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
     if (!region.in_place()) gathered_numel_ += region.layout.padded_numel();
   }
   torch::NoGradGuard no_grad;
+  if (filled_later) {
+    // Copying the unfilled parameters in had cost a read fault per page of them and a write
+    // fault per page of the shard, for values the checkpoint overwrites (0.55B at 1 rank,
+    // 0.7-3.3 s of a resume's partitioning on this project's 2-core VM); a GPU run also made and
+    // sent a host fp32 copy of every shard.
+    device_shard_ = at::empty({shard_numel_}, options_);
+    if (device_shard_.is_cpu()) {
+      base::for_each_page_chunk(device_shard_.data_ptr(), device_shard_.nbytes(), at::get_num_threads(),
+                                [](char* chunk, size_t bytes) { base::populate_for_write(chunk, bytes); });
+    }
+  } else {
+    fill_shard_from(fill_shard);
+  }
+  // The gradient is allocated at its first use (grad_shard()): an optimizer moves most of it to
+  // host memory before then (place_gradient), and eval never uses it. Allocated here, a full
+  // fp32 copy of every shard existed at once during set-up: 4 bytes per parameter over the plan.
+  grad_split_ = shard_numel_;
+  host_grad_ = at::empty({0}, at::kFloat);
+  unbind();
+  if (persistent_) {
+    gather_async();
+    wait_gathered();
+  }
+}
+
+void PartitionedLayer::fill_shard_from(const ShardFiller& fill_shard) {
   // Only this rank's pieces, each element written once: the pieces by the filler (weights read
-  // by shard), else from the layer's own parameters (random initialisation, full layers read;
-  // a resume's filler only makes the shard resident: the checkpoint writes it later); the rest
-  // (the padding after the last parameter) zeroed here, not the whole
-  // buffer first. A shard already in the compute dtype on the host (fp32 CPU runs) is the
-  // buffer itself. (Copying the whole layer into a zeroed flat buffer and cloning this rank's
-  // part took three passes over the layer and two full-size allocations: 0.36B at 1 rank,
-  // 1.5 s of partitioning on this project's 2-core VM.) Pieces come in shard order.
+  // by shard), else from the layer's own parameters (random initialisation, full layers read);
+  // the rest (the padding after the last parameter) zeroed here, not the whole buffer first. A
+  // shard already in the compute dtype on the host (fp32 CPU runs) is the buffer itself.
+  // (Copying the whole layer into a zeroed flat buffer and cloning this rank's part took three
+  // passes over the layer and two full-size allocations: 0.36B at 1 rank, 1.5 s of
+  // partitioning on this project's 2-core VM.) Pieces come in shard order.
   auto shard = at::empty({shard_numel_}, at::kFloat);
   int64_t covered = 0;
   for (const auto& piece : pieces_) {
@@ -121,16 +149,6 @@ PartitionedLayer::PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Co
     }
   }
   device_shard_ = options_.dtype() == at::kFloat && options_.device().is_cpu() ? shard : shard.to(options_);
-  // The gradient is allocated at its first use (grad_shard()): an optimizer moves most of it to
-  // host memory before then (place_gradient), and eval never uses it. Allocated here, a full
-  // fp32 copy of every shard existed at once during set-up: 4 bytes per parameter over the plan.
-  grad_split_ = shard_numel_;
-  host_grad_ = at::empty({0}, at::kFloat);
-  unbind();
-  if (persistent_) {
-    gather_async();
-    wait_gathered();
-  }
 }
 
 void PartitionedLayer::bind_views() {

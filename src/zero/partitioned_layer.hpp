@@ -53,11 +53,15 @@ class PartitionedLayer {
   // With `fill_shard`, the full values are never read: it writes this rank's pieces of the
   // parameters (FlatLayout::pieces) into an fp32 shard buffer, zeros elsewhere (the padding),
   // e.g. straight from the bytes of a safetensors file that hold them.
+  //
+  // With `filled_later` (a resume), neither: the shard is made where it stays, in the compute
+  // dtype on `device`, and left for set_shard to write (on the host its pages are made
+  // resident on the rank's threads; a GPU run makes no host copy of it at all).
   using ShardFiller = std::function<void(const std::vector<ShardPiece>& pieces, at::Tensor& shard)>;
   PartitionedLayer(std::shared_ptr<model::Layer> layer, comm::Communicator& comm, BufferCache& buffers,
                    at::ScalarType compute_dtype, at::Device device, bool persistent,
                    const std::function<bool(const std::string&)>& decays, const ShardFiller& fill_shard = nullptr,
-                   const ExpertParallel* expert_parallel = nullptr);
+                   const ExpertParallel* expert_parallel = nullptr, bool filled_later = false);
 
   model::Layer& layer() { return *layer_; }
   // Every parameter of the layer in its canonical flat order (checkpoints, export): the same
@@ -119,6 +123,8 @@ class PartitionedLayer {
   int64_t resident_numel() const;
 
  private:
+  // The constructor's shard from `fill_shard`, else from the layer's parameters.
+  void fill_shard_from(const ShardFiller& fill_shard);
   void bind_views();
   void unbind();
   void drop_gathered();  // the gathered buffer back to the cache (unbound first)
