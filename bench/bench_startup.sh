@@ -4,7 +4,7 @@
 # SO_BENCH_SHAPE=1.1b for TinyLlama's shape, whose run peaked at 23.7 GB of RSS at 1 rank (a 24 GiB
 # machine cannot take the ~1.5B the issue names) — at 1 and 2 ranks, from HF safetensors and
 # from a checkpoint, with the page cache cold (dropped: root only, else said) and
-# warm. Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
+# warm (dropped, then the run's input files read once: they alone are cached). Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
 # checkpoint) phase with its GB/s, and the share of everything but reading and step 1. Baselines
 # measured in the same run: the same files read by cat (cold, and warm: a copy out of the page
 # cache), and plain LibTorch loading them (safetensors.torch.load_file, then load_state_dict
@@ -95,12 +95,18 @@ run() {
     fi
     rm -rf "$out" && cp -r "$work/ckpt_$ranks" "$out" && rm -f "$out/metrics.h5"
     # The copy's 6 GB are dirty in the page cache: written back now, not during the resumed run.
-    # (This did not explain why warm resumes set up slowly here, 5.3 s of partitioning against
-    # 0.5 s from safetensors: two identical warm resumes took 13.3 s and 25.0 s on this VM.)
     sync
     set -- "${common[@]}" --set training.max_steps=2 --set checkpoint.save_on_exit=false
   fi
-  [[ $cache == cold ]] && drop
+  # Warm: the run's own input files in the page cache and nothing else. Warm resumes had
+  # followed the copy with everything earlier runs left cached (19 GB of this 23 GB machine):
+  # their set-up then waited for the kernel to reclaim it (host buffers 4.7-6.9 s for 1.7-3.4
+  # GB, against 0.8-1.6 s with only the checkpoint cached; totals 17-18 s against 7-9 s).
+  drop
+  if [[ $cache == warm ]]; then
+    if [[ $source == safetensors ]]; then cat "$model"/*.safetensors > /dev/null
+    else cat "$out"/checkpoints/*/*.h5 > /dev/null; fi
+  fi
   mpirun -np "$ranks" --oversubscribe "$bin" train "$@" --set training.output_dir="$out" > "$out.log" 2>&1 \
     || { echo "run $ranks $source $cache failed: $(tail -3 "$out.log")" >&2; return 1; }
   local checkpoint_bytes=0
