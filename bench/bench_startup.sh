@@ -3,9 +3,10 @@
 # of step 1 of a Llama in bf16 safetensors — 0.55B by default (hidden 1536, 16 layers);
 # SO_BENCH_SHAPE=1.1b for TinyLlama's shape, whose run peaked at 23.7 GB of RSS at 1 rank (a 24 GiB
 # machine cannot take the ~1.5B the issue names) — at 1 and 2 ranks, from HF safetensors and
-# from a checkpoint, with the page cache cold (dropped: root only, else said) and
-# warm (dropped, then the run's input files read once: they alone are cached). Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
-# checkpoint) phase with its GB/s, and the share of everything but reading and step 1. Baselines
+# from a checkpoint, with the page cache cold (dropped: root only, else said) and warm
+# (dropped, then the run's input files read once: they alone are cached). Per run the start-up
+# timeline (metrics.h5 /startup): the total, the weights (or checkpoint) phase with its GB/s,
+# and the share of everything but reading and step 1. Baselines
 # measured in the same run: the same files read by cat (cold, and warm: a copy out of the page
 # cache), and plain LibTorch loading them (safetensors.torch.load_file, then load_state_dict
 # into an HF model built on the meta device).
