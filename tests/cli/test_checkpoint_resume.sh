@@ -208,8 +208,8 @@ echo "format 1 checkpoints still resume, bit-identical"
 # (step 5 trains while the background save of step 4 waits: its write starts 3 s late).
 for dtype in fp32 bf16; do
   for mode in sync async; do
-    SUPEROFFLOAD_TEST_BACKGROUND_SAVE_DELAY_MS=3000 train 1 "$tmp/$mode-$dtype" --set training.max_steps=5 --set checkpoint.save_on_exit=false \
-      --set offload.super_offload=false --set offload.optimizer_state_dtype="\"$dtype\"" \
+    SUPEROFFLOAD_TEST_BACKGROUND_SAVE_DELAY_MS=3000 train 1 "$tmp/$mode-$dtype" --set training.max_steps=5 \
+      --set checkpoint.save_on_exit=false --set offload.super_offload=false --set offload.optimizer_state_dtype="\"$dtype\"" \
       --set checkpoint.async_save=$([[ $mode == async ]] && echo true || echo false) \
       > "$tmp/$mode-$dtype.log" 2>&1 || fail "$mode save, $dtype moments: $(tail -20 "$tmp/$mode-$dtype.log")"
   done
