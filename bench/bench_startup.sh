@@ -4,12 +4,13 @@
 # SO_BENCH_SHAPE=1.1b for TinyLlama's shape, whose run peaked at 23.7 GB of RSS at 1 rank (a 24 GiB
 # machine cannot take the ~1.5B the issue names) — at 1 and 2 ranks, from HF safetensors and
 # from a checkpoint, with the page cache cold (dropped: root only, else said) and warm
-# (dropped, then the run's input files read once: they alone are cached). Per run the start-up
-# timeline (metrics.h5 /startup): the total, the weights (or checkpoint) phase with its GB/s,
-# and the share of everything but reading and step 1. Baselines
-# measured in the same run: the same files read by cat (cold, and warm: a copy out of the page
-# cache), and plain LibTorch loading them (safetensors.torch.load_file, then load_state_dict
-# into an HF model built on the meta device).
+# (dropped, then the program's files and the run's input files read once: they alone are
+# cached). Per run the start-up timeline (metrics.h5 /startup): the total, the weights (or
+# checkpoint) phase with its GB/s, and the share of everything but reading and step 1.
+# Baselines measured in the same run: per row, its input files read by cat just before it at
+# the same cache state (cold: from the disk; warm: a copy out of the page cache); plain LibTorch
+# loading the safetensors (safetensors.torch.load_file, then load_state_dict into an HF model
+# built on the meta device); the first touch of fresh memory.
 #
 #   bench/bench_startup.sh [WORKDIR]    (default /tmp/bench_startup: ~10 GB of disk, 20 GB at 1.1b)
 set -euo pipefail
@@ -44,6 +45,9 @@ fi
 bytes=$(cat "$model"/*.safetensors | wc -c)
 "$root/build/bin/superoffload_demo_corpus" "$work/corpus.jsonl" --tokens 20000 > /dev/null
 
+# The program's own files (the executable and the shared objects it loads, LibTorch's 0.9 GB
+# among them): cached in a warm run too, as on a node that ran it before.
+mapfile -t program_files < <(echo "$bin"; ldd "$bin" | awk '/=> \// { print $3 }')
 seconds_of() { local t0=$EPOCHREALTIME; "$@" > /dev/null; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }'; }
 drop
 cat_cold=$(seconds_of cat "$model"/*.safetensors)
@@ -103,20 +107,31 @@ run() {
   # followed the copy with everything earlier runs left cached (19 GB of this 23 GB machine):
   # their set-up then waited for the kernel to reclaim it (host buffers 4.7-6.9 s for 1.7-3.4
   # GB, against 0.8-1.6 s with only the checkpoint cached; totals 17-18 s against 7-9 s).
+  # The baseline of each row is measured just before it, on the same files at the same cache
+  # state (cat cold reads 0.5-1.9 GB/s from run to run on this VM): cold, the inputs read once
+  # from the disk, then dropped again; warm, a page-cache copy of them (they stay cached).
+  local inputs
+  if [[ $source == safetensors ]]; then inputs=("$model"/*.safetensors); else inputs=("$out"/checkpoints/*/*.h5); fi
   drop
-  if [[ $cache == warm ]]; then
-    if [[ $source == safetensors ]]; then cat "$model"/*.safetensors > /dev/null
-    else cat "$out"/checkpoints/*/*.h5 > /dev/null; fi
+  local baseline_s
+  if [[ $cache == cold ]]; then
+    baseline_s=$(seconds_of cat "${inputs[@]}")
+    drop
+  else
+    cat "${program_files[@]}" "${inputs[@]}" > /dev/null
+    baseline_s=$(seconds_of cat "${inputs[@]}")
   fi
+  local input_bytes
+  input_bytes=$(du -cb "${inputs[@]}" | tail -1 | cut -f1)
   mpirun -np "$ranks" --oversubscribe "$bin" train "$@" --set training.output_dir="$out" > "$out.log" 2>&1 \
     || { echo "run $ranks $source $cache failed: $(tail -3 "$out.log")" >&2; return 1; }
   local checkpoint_bytes=0
   [[ $source == checkpoint ]] && checkpoint_bytes=$(du -sb "$work/ckpt_$ranks/checkpoints" | cut -f1)
-  "$py" - "$out/metrics.h5" "$ranks" "$source" "$cache" "$bytes" "$cat_cold" "$cat_warm" "$checkpoint_bytes" "$touch_gbps" <<'PY'
+  "$py" - "$out/metrics.h5" "$ranks" "$source" "$cache" "$input_bytes" "$baseline_s" "$checkpoint_bytes" "$touch_gbps" <<'PY'
 import json, math, sys, h5py
-path, ranks, source, cache, size, cat_cold, cat_warm = sys.argv[1:8]
-touch_gbps = float(sys.argv[9])
-size, baseline = int(size), float(cat_cold if cache == "cold" else cat_warm)
+path, ranks, source, cache, size, baseline = sys.argv[1:7]
+touch_gbps = float(sys.argv[8])
+size, baseline = int(size), float(baseline)
 with h5py.File(path, "r") as f:
     names = json.loads(f["startup/seconds"].attrs["phases"])
     seconds, read = f["startup/seconds"][...], f["startup/bytes_read"][...]
@@ -128,7 +143,7 @@ read_s = float(sum(seconds[i] for i in reading)) if reading else float("nan")
 read_b = float(sum(read[i] for i in reading if not math.isnan(read[i]))) if reading else 0.0
 all_b = int(ranks) * read_b  # each rank reads its own shards' bytes, an equal share
 if source == "checkpoint" and read_b == 0.0:  # the timeline counts no bytes for a resume: the files'
-    all_b = float(sys.argv[8])
+    all_b = float(sys.argv[7])
     read_b = all_b / int(ranks)
 gbps = read_b / read_s / 1e9 if read_s > 0 and read_b > 0 else float("nan")
 # All ranks together: each reads its own shards' bytes (an equal share), at once; the read is
@@ -143,7 +158,7 @@ other_growth = sum(float(g) for i, g in enumerate(growth) if i not in reading an
 touch_s = other_growth / 1e9 / touch_gbps
 phase = names[reading[0]] if reading else "(no read phase)"
 print(f"{source:11s} {ranks:>5s} {cache:5s} {total:8.2f} {phase:>16s} {read_s:7.2f} {read_b / 1e9:7.2f} {gbps:6.2f} "
-      f"{all_gbps:8.2f} {all_gbps / base_gbps:7.2f} {step:8.2f} {100 * other / total:6.1f}% {other:7.2f} {touch_s:7.2f}")
+      f"{all_gbps:8.2f} {base_gbps:6.2f} {all_gbps / base_gbps:7.2f} {step:8.2f} {100 * other / total:6.1f}% {other:7.2f} {touch_s:7.2f}")
 PY
 }
 
@@ -155,7 +170,7 @@ awk -v b="$bytes" -v c="$cat_cold" -v w="$cat_warm" -v tc="$torch_cold" -v tw="$
   printf "baseline plain LibTorch (read, safetensors load, load_state_dict): cold %.2f s (%.2f GB/s), warm %.2f s (%.2f GB/s)\n",
          tc, b / tc / 1e9, tw, b / tw / 1e9 }'
 echo
-echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  all GB/s  vs cat  step 1 s  other  other s  touch s"
+echo "source      ranks cache  total s       read phase  read s  read GB  GB/s  all GB/s  cat GB/s  vs cat  step 1 s  other  other s  touch s"
 for ranks in 1 2; do
   for source in safetensors checkpoint; do
     for cache in cold warm; do run "$ranks" "$source" "$cache"; done
@@ -163,6 +178,6 @@ for ranks in 1 2; do
 done
 echo
 echo "read s, GB and GB/s: rank 0's own bytes (a checkpoint's: its files' over the ranks); 'all GB/s': every rank's bytes over the slowest rank's"
-echo "read seconds; 'vs cat': that against cat's GB/s of the whole files at the same cache state;"
+echo "read seconds; 'cat GB/s': cat of the same files just before the run, at the same cache state; 'vs cat': the ratio;"
 echo "'other': the share of the start-up that is neither reading nor step 1 (goal <= 20%), in seconds beside it;"
 echo "'touch s': the first touch of the new resident memory those phases made, at the baseline's GB/s (their bound)."

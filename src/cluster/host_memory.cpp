@@ -47,7 +47,58 @@ size_t mapping_bytes(at::IntArrayRef sizes, at::ScalarType type) {
   return std::max<size_t>(page, (used + page - 1) / page * page);
 }
 
+// Buffers cut from a region start at this boundary (a cache line, and a multiple of the 256
+// bytes that DMA engines fetch at full speed from).
+constexpr size_t kRegionAlignment = 256;
+
 }  // namespace
+
+// A mapping of fresh pages, pinned or not, unmapped when its last buffer is freed.
+struct HostMemory::Region {
+  char* data = nullptr;
+  size_t bytes = 0;
+  bool pinned = false;
+  ~Region() {
+    if (pinned) cluster::unpin_host_range(data);
+    ::munmap(data, bytes);
+  }
+};
+
+void HostMemory::reserve(int64_t bytes, int64_t buffers) {
+  if (bytes <= 0) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t wanted = static_cast<size_t>(bytes) + static_cast<size_t>(std::max<int64_t>(buffers, 1)) * kRegionAlignment;
+  const size_t mapped = (wanted + page - 1) / page * page;
+  void* data = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) return;  // each buffer is then mapped on its own, and fails there with a message
+  auto region = std::make_shared<Region>();
+  region->data = static_cast<char*>(data);
+  region->bytes = mapped;
+  if (pin_) ::madvise(data, mapped, MADV_HUGEPAGE);  // as empty() does for pinned buffers
+  make_resident(region->data, mapped, /*zero=*/false);
+  if (pin_) {
+    std::string why;
+    if (cluster::pin_host_range(data, mapped, why)) {
+      region->pinned = true;
+    } else {
+      pin_ = false;
+      why_not_ = why;
+      SO_LOG(warning) << "pinning " << purpose_ << " failed (" << why_not_
+                      << "); using plain memory. HINT: check `ulimit -l` and free host memory";
+    }
+  }
+  region_ = std::move(region);
+  region_used_ = 0;
+}
+
+at::Tensor HostMemory::from_region(at::IntArrayRef sizes, at::ScalarType type) {
+  if (!region_) return {};
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(type);
+  const size_t at = (region_used_ + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
+  if (at + bytes > region_->bytes) return {};
+  region_used_ = at + bytes;
+  return at::from_blob(region_->data + at, sizes, [region = region_](void*) {}, at::TensorOptions().dtype(type));
+}
 
 HostMemory::HostMemory(bool pin, int64_t planned_bytes, std::string purpose, std::string setting)
     : purpose_(std::move(purpose)), setting_(std::move(setting)) {
@@ -67,6 +118,7 @@ HostMemory::HostMemory(bool pin, int64_t planned_bytes, std::string purpose, std
 }
 
 at::Tensor HostMemory::zeros(at::IntArrayRef sizes, at::ScalarType type) {
+  if (auto t = from_region(sizes, type); t.defined()) return t;  // fresh pages: zero already
   if (!pin_) return plain(sizes, type, /*zero=*/true);
   auto t = empty(sizes, type);  // pinned: a fresh mapping, zero already
   if (!pin_) t.zero_();         // pinning failed just now: empty() gave plain memory
@@ -90,6 +142,7 @@ at::Tensor HostMemory::plain(at::IntArrayRef sizes, at::ScalarType type, bool ze
 }
 
 at::Tensor HostMemory::empty(at::IntArrayRef sizes, at::ScalarType type) {
+  if (auto t = from_region(sizes, type); t.defined()) return t;
   if (pin_) {
     // Mapped and registered at the size asked for: LibTorch's pinned allocator would round each
     // buffer up to a power of two (up to twice the host memory of the plan).

@@ -133,8 +133,13 @@ OffloadOptimizer::OffloadOptimizer(zero::ZeroEngine& engine, OffloadSettings set
       (nvme ? 0 : state_bytes_per_element) + 4 + (shares_engine_memory_ || !bf16_ ? 0 : 2);
   int64_t host_bytes = 0;
   for (size_t i = on_device; i < groups_.size(); ++i) host_bytes += bytes_per_element * (groups_[i].end - groups_[i].begin);
-  base::add_cost(host_buffers_cost_,
-                 [&] { host_memory_ = std::make_unique<cluster::HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes); });
+  // At most four buffers per CPU sub-group (master, moments, bf16 copy) and a gradient per layer.
+  const auto buffers = 4 * static_cast<int64_t>(groups_.size() - std::min(on_device, groups_.size())) +
+                       static_cast<int64_t>(layers.size());
+  base::add_cost(host_buffers_cost_, [&] {
+    host_memory_ = std::make_unique<cluster::HostMemory>(device.is_cuda() && s_.pin_memory, host_bytes);
+    host_memory_->reserve(host_bytes, buffers);
+  });
   // Every host buffer's mapping, first touch and pinning is timed as its own start-up phase
   // (the rest of "optimizer state" is filling them).
   auto host_empty = [this](at::IntArrayRef sizes, at::ScalarType type, bool zeroed = false) {

@@ -111,3 +111,49 @@ TEST(HostMemory, PlainBuffersAreResidentWhenReturned) {
     EXPECT_EQ(missing, 0u) << (zeroed ? "zeros" : "empty") << ": " << missing << " of " << pages.size() << " pages not resident";
   }
 }
+
+// Buffers cut from a reserved region: resident and zero (a fresh mapping), each at a 256-byte
+// boundary and apart from the others; one that no longer fits is made on its own (zeroed as
+// well); the region stays mapped while a buffer cut from it lives, after the HostMemory is gone.
+TEST(HostMemory, ReservedRegionHandsOutZeroedResidentBuffersAndOutlivesItsOwner) {
+  superoffload::log::init(superoffload::log::Level::error);
+  for (const bool pin : {false, true}) {
+    at::Tensor kept;
+    {
+      o::HostMemory memory(pin, int64_t{1} << 24);
+      const int64_t floats = 1000003;  // not a multiple of the boundary
+      memory.reserve(2 * floats * 4 + 3 * 4001 * 2, 5);
+      std::vector<at::Tensor> buffers{memory.zeros({floats}, at::kFloat), memory.empty({floats}, at::kFloat)};
+      for (int i = 0; i < 3; ++i) buffers.push_back(memory.zeros({4001}, at::kBFloat16));
+      buffers.push_back(memory.zeros({1 << 20}, at::kFloat));  // beyond the region: mapped on its own
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        const auto& t = buffers[i];
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 256, 0u) << "buffer " << i;
+        EXPECT_EQ(t.to(at::kFloat).abs().max().item<float>(), 0.0f) << "buffer " << i << ", pin " << pin;
+        const auto begin = (reinterpret_cast<uintptr_t>(t.data_ptr()) + kPage - 1) / kPage * kPage;
+        const auto end = (reinterpret_cast<uintptr_t>(t.data_ptr()) + t.nbytes()) / kPage * kPage;
+        if (end > begin) {
+          size_t missing = 0;
+          for (const bool in : resident(reinterpret_cast<void*>(begin), (end - begin) / kPage)) missing += !in;
+          EXPECT_EQ(missing, 0u) << "buffer " << i << " not resident";
+        }
+        for (size_t j = 0; j < i; ++j) {
+          const auto* a = static_cast<const char*>(t.data_ptr());
+          const auto* b = static_cast<const char*>(buffers[j].data_ptr());
+          EXPECT_TRUE(a + t.nbytes() <= b || b + buffers[j].nbytes() <= a) << "buffers " << j << " and " << i << " overlap";
+        }
+      }
+      for (size_t i = 1; i < 5; ++i) {  // cut one after the other from the one region
+        const auto end = reinterpret_cast<uintptr_t>(buffers[i - 1].data_ptr()) + buffers[i - 1].nbytes();
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(buffers[i].data_ptr()), (end + 255) / 256 * 256) << "buffer " << i;
+      }
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].fill_(static_cast<double>(i + 1));
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        EXPECT_EQ(buffers[i].to(at::kFloat).min().item<float>(), static_cast<float>(i + 1)) << "buffer " << i << " overwritten";
+      }
+      kept = buffers[2];
+    }
+    kept.fill_(9.0f);  // the HostMemory and the other buffers are gone; this one's region is not
+    EXPECT_EQ(kept.to(at::kFloat).sum().item<float>(), 9.0f * 4001);
+  }
+}
