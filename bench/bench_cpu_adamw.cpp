@@ -19,7 +19,10 @@
 // is luck and memory bandwidth drifts by tens of percent). Buffers come from LibTorch's allocator (64-byte aligned,
 // as the optimizer's host buffers are) and are first touched by the pinned pool threads.
 //
-//   build/bin/bench_cpu_adamw [--params 1e8] [--threads T] [--rounds 9]
+//   build/bin/bench_cpu_adamw [--params 1e8] [--threads T] [--rounds 9] [--target AVX2]
+// --target holds the kernels (and the bound's loop) to a narrower SIMD target than the CPU's best,
+// e.g. AVX2 on an AVX-512 machine: what the AVX2 code does against memory, though not an AMD
+// CPU's memory system.
 // The last four lines are `summary: kernel=… ns_per_param=… … fraction_of_bound=…`.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench_cpu_adamw.cpp"
@@ -124,7 +127,22 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads, pinned to the first CPUs this process may use (default: all of them)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--rounds", rounds, "rounds; every row runs once per round (default 9)")->check(CLI::Range(1, 1000));
+  std::string target;
+  app.add_option("--target", target, "SIMD target to hold the kernels to, e.g. AVX2 (default: the CPU's best)");
   CLI11_PARSE(app, argc, argv);
+  if (!target.empty()) {
+    // Highway's better targets have lower bits: disabling every bit below the one named leaves
+    // it the best the dispatcher may take.
+    int64_t bit = 0;
+    for (int64_t b = 1; b != 0 && b <= static_cast<int64_t>(HWY_TARGETS); b <<= 1) {
+      if ((b & static_cast<int64_t>(HWY_TARGETS)) && target == hwy::TargetName(b)) bit = b;
+    }
+    if (bit == 0 || !(bit & static_cast<int64_t>(hwy::SupportedTargets()))) {
+      std::fprintf(stderr, "bench_cpu_adamw: --target %s is not a target compiled in and supported by this CPU\n", target.c_str());
+      return 2;
+    }
+    hwy::DisableTargets(bit - 1);
+  }
 
   const auto params = static_cast<int64_t>(params_arg);
   const auto n = static_cast<size_t>(params);
