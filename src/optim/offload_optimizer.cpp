@@ -331,8 +331,11 @@ void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
     g.steps = state.steps;
     g.speculated = false;
   }
-  // The compute-dtype shard from the fp32 master, rounded as the CPU kernel's bf16 copy is.
-  engine_.layers()[layer].set_shard(state.master.to(engine_.layers()[layer].device()));
+  // The compute-dtype shard from the fp32 master, rounded as the CPU kernel's bf16 copy is;
+  // where the master is the shard (fp32 on the CPU) the copies above wrote it already, and a
+  // second copy of it was 4 bytes a parameter written for nothing.
+  auto& engine_layer = engine_.layers()[layer];
+  engine_layer.set_shard(master_is_shard_ ? engine_layer.shard() : state.master.to(engine_layer.device()));
 }
 
 void OffloadOptimizer::begin_step(double lr) {
