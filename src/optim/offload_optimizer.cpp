@@ -320,7 +320,7 @@ ShardState OffloadOptimizer::export_layer(size_t layer) const {
 void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
   wait_for_worker();
   for (size_t i : groups_of_layer_[layer]) {
-    auto& g = groups_[i];
+    const auto& g = groups_[i];
     const int64_t length = g.end - g.begin;
     // Every element of the NVMe region is overwritten: nothing to read from the drive.
     const auto mine = acquire_state(g, /*load=*/false);
@@ -328,14 +328,35 @@ void OffloadOptimizer::import_layer(size_t layer, const ShardState& state) {
     mine.exp_avg.copy_(state.exp_avg.narrow(0, g.begin, length));  // to bf16 moments: nearest-even
     mine.exp_avg_sq.copy_(state.exp_avg_sq.narrow(0, g.begin, length));
     release_state(g, /*dirty=*/true);
-    g.steps = state.steps;
-    g.speculated = false;
   }
+  set_shard_from_master(layer, state.master);
+  finish_import(layer, state.steps);
+}
+
+void OffloadOptimizer::import_field(size_t layer, StateField field, const at::Tensor& values) {
+  SO_CHECK(!nvme_, "the NVMe tier imports whole layers (import_layer)");
+  wait_for_worker();
+  for (size_t i : groups_of_layer_[layer]) {
+    const auto& g = groups_[i];
+    const auto& mine = field == StateField::master ? g.master : field == StateField::exp_avg ? g.exp_avg : g.exp_avg_sq;
+    mine.copy_(values.narrow(0, g.begin, g.end - g.begin));  // to bf16 moments: nearest-even
+  }
+  if (field == StateField::master) set_shard_from_master(layer, values);
+}
+
+void OffloadOptimizer::set_shard_from_master(size_t layer, const at::Tensor& master) {
   // The compute-dtype shard from the fp32 master, rounded as the CPU kernel's bf16 copy is;
-  // where the master is the shard (fp32 on the CPU) the copies above wrote it already, and a
-  // second copy of it was 4 bytes a parameter written for nothing.
+  // where the master is the shard (fp32 on the CPU) the copies wrote it already, and a second
+  // copy of it was 4 bytes a parameter written for nothing.
   auto& engine_layer = engine_.layers()[layer];
-  engine_layer.set_shard(master_is_shard_ ? engine_layer.shard() : state.master.to(engine_layer.device()));
+  engine_layer.set_shard(master_is_shard_ ? engine_layer.shard() : master.to(engine_layer.device()));
+}
+
+void OffloadOptimizer::finish_import(size_t layer, int64_t steps) {
+  for (size_t i : groups_of_layer_[layer]) {
+    groups_[i].steps = steps;
+    groups_[i].speculated = false;
+  }
 }
 
 void OffloadOptimizer::begin_step(double lr) {

@@ -89,6 +89,11 @@ class OffloadOptimizer final : public Optimizer {
   // also sets the device shard.
   ShardState export_layer(size_t layer) const override;
   void import_layer(size_t layer, const ShardState& state) override;
+  // By field where the state is in host memory; the NVMe tier's regions hold a sub-group's
+  // three fields together and are written whole.
+  bool imports_by_field() const override { return !nvme_; }
+  void import_field(size_t layer, StateField field, const at::Tensor& values) override;
+  void finish_import(size_t layer, int64_t steps) override;
   std::string describe() const override;
   // The speculation worker and the pool's workers. The training thread, which runs the first
   // block of the pool's work after backward (ZeRO-Offload steps, replays), is not among them.
@@ -128,6 +133,8 @@ class OffloadOptimizer final : public Optimizer {
   // `load` false: the caller overwrites the whole state, so the NVMe tier need not read it.
   StateTensors acquire_state(const SubGroup& group, bool load = true) const;
   void release_state(const SubGroup& group, bool dirty) const;
+  // An import's last word on a layer's master: the engine's shard from it.
+  void set_shard_from_master(size_t layer, const at::Tensor& master);
   // Starts reading the state of groups_[i] for the i in `upcoming` (the NVMe tier; as many as
   // there are free buffers).
   void prefetch(const std::vector<size_t>& upcoming) const;

@@ -60,6 +60,14 @@ class Optimizer {
   // shard from the master weights. Call between steps.
   virtual ShardState export_layer(size_t layer) const = 0;
   virtual void import_layer(size_t layer, const ShardState& state) = 0;
+  // The same one field at a time, so that a resume reads the next field while this one is
+  // taken: each of a layer's fields once, master first (it also sets the engine's shard), the
+  // caller's `values` free for reuse when the call returns, then finish_import with the steps.
+  // Only where imports_by_field(); otherwise import_layer.
+  enum class StateField { master, exp_avg, exp_avg_sq };
+  virtual bool imports_by_field() const { return false; }
+  virtual void import_field(size_t /*layer*/, StateField /*field*/, const at::Tensor& /*values*/) {}
+  virtual void finish_import(size_t /*layer*/, int64_t /*steps*/) {}
   // What this rank's optimizer has learned beyond the layers' state, as JSON text (empty:
   // nothing): SuperOffload's speculation history. Checkpoints keep it per rank, so that a run
   // resumed at the same world size decides as the uninterrupted run did.

@@ -40,12 +40,24 @@ ShardState ShardedAdamW::export_layer(size_t layer) const {
 }
 
 void ShardedAdamW::import_layer(size_t layer, const ShardState& state) {
-  master_[layer].copy_(state.master);
-  exp_avg_[layer].copy_(state.exp_avg);
-  exp_avg_sq_[layer].copy_(state.exp_avg_sq);
-  steps_ = state.steps;
-  engine_.layers()[layer].set_shard(master_[layer]);
+  import_field(layer, StateField::master, state.master);
+  import_field(layer, StateField::exp_avg, state.exp_avg);
+  import_field(layer, StateField::exp_avg_sq, state.exp_avg_sq);
+  finish_import(layer, state.steps);
 }
+
+void ShardedAdamW::import_field(size_t layer, StateField field, const at::Tensor& values) {
+  switch (field) {
+    case StateField::master:
+      master_[layer].copy_(values);
+      engine_.layers()[layer].set_shard(master_[layer]);
+      break;
+    case StateField::exp_avg: exp_avg_[layer].copy_(values); break;
+    case StateField::exp_avg_sq: exp_avg_sq_[layer].copy_(values); break;
+  }
+}
+
+void ShardedAdamW::finish_import(size_t /*layer*/, int64_t steps) { steps_ = steps; }
 
 void ShardedAdamW::begin_step(double lr) {
   lr_ = lr;

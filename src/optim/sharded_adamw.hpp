@@ -26,6 +26,9 @@ class ShardedAdamW final : public Optimizer {
   std::vector<double> layer_seconds() const override { return layer_s_; }
   ShardState export_layer(size_t layer) const override;
   void import_layer(size_t layer, const ShardState& state) override;
+  bool imports_by_field() const override { return true; }
+  void import_field(size_t layer, StateField field, const at::Tensor& values) override;
+  void finish_import(size_t layer, int64_t steps) override;
   std::string describe() const override;
 
  private:
