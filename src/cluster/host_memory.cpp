@@ -64,30 +64,38 @@ struct HostMemory::Region {
   }
 };
 
+std::shared_ptr<HostMemory::Region> HostMemory::map_region(size_t bytes) {
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  std::string why;
+  std::shared_ptr<Region> region;
+  if (data == MAP_FAILED) {
+    why = "mmap of " + std::to_string(bytes >> 20) + " MiB: " + std::strerror(errno);
+  } else {
+    region = std::make_shared<Region>();
+    region->data = static_cast<char*>(data);
+    region->bytes = bytes;
+    if (pin_) ::madvise(data, bytes, MADV_HUGEPAGE);  // the CPU optimizer streams through it: fewer TLB misses
+    make_resident(region->data, bytes, /*zero=*/false);
+    if (!pin_ || cluster::pin_host_range(data, bytes, why)) {
+      region->pinned = pin_;
+      return region;
+    }
+  }
+  if (pin_) {
+    pin_ = false;
+    why_not_ = why;
+    SO_LOG(warning) << "pinning " << purpose_ << " failed (" << why_not_
+                    << "); using plain memory. HINT: check `ulimit -l` and free host memory";
+  }
+  return region;  // resident and zero, not pinned; null where the mapping failed
+}
+
 void HostMemory::reserve(int64_t bytes, int64_t buffers) {
   if (bytes <= 0) return;
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t wanted = static_cast<size_t>(bytes) + static_cast<size_t>(std::max<int64_t>(buffers, 1)) * kRegionAlignment;
-  const size_t mapped = (wanted + page - 1) / page * page;
-  void* data = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (data == MAP_FAILED) return;  // each buffer is then mapped on its own, and fails there with a message
-  auto region = std::make_shared<Region>();
-  region->data = static_cast<char*>(data);
-  region->bytes = mapped;
-  if (pin_) ::madvise(data, mapped, MADV_HUGEPAGE);  // as empty() does for pinned buffers
-  make_resident(region->data, mapped, /*zero=*/false);
-  if (pin_) {
-    std::string why;
-    if (cluster::pin_host_range(data, mapped, why)) {
-      region->pinned = true;
-    } else {
-      pin_ = false;
-      why_not_ = why;
-      SO_LOG(warning) << "pinning " << purpose_ << " failed (" << why_not_
-                      << "); using plain memory. HINT: check `ulimit -l` and free host memory";
-    }
-  }
-  region_ = std::move(region);
+  // Null where the mapping failed: each buffer is then made on its own, and fails there with a message.
+  region_ = map_region((wanted + page - 1) / page * page);
   region_used_ = 0;
 }
 
@@ -146,29 +154,9 @@ at::Tensor HostMemory::empty(at::IntArrayRef sizes, at::ScalarType type) {
   if (pin_) {
     // Mapped and registered at the size asked for: LibTorch's pinned allocator would round each
     // buffer up to a power of two (up to twice the host memory of the plan).
-    const size_t bytes = mapping_bytes(sizes, type);
-    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    std::string why;
-    if (data == MAP_FAILED) {
-      why = "mmap of " + std::to_string(bytes >> 20) + " MiB: " + std::strerror(errno);
-    } else {
-      ::madvise(data, bytes, MADV_HUGEPAGE);  // the CPU optimizer streams through it: fewer TLB misses
-      make_resident(static_cast<char*>(data), bytes, /*zero=*/false);
-      if (cluster::pin_host_range(data, bytes, why)) {
-        return at::from_blob(
-            data, sizes,
-            [bytes](void* p) {
-              cluster::unpin_host_range(p);
-              ::munmap(p, bytes);
-            },
-            at::TensorOptions().dtype(type));
-      }
-      ::munmap(data, bytes);
+    if (auto region = map_region(mapping_bytes(sizes, type)); region && region->pinned) {
+      return at::from_blob(region->data, sizes, [region](void*) {}, at::TensorOptions().dtype(type));
     }
-    pin_ = false;
-    why_not_ = why;
-    SO_LOG(warning) << "pinning " << purpose_ << " failed (" << why_not_
-                    << "); using plain memory. HINT: check `ulimit -l` and free host memory";
   }
   return plain(sizes, type, /*zero=*/false);
 }

@@ -46,6 +46,10 @@ class HostMemory {
   at::Tensor from_region(at::IntArrayRef sizes, at::ScalarType type);
 
   struct Region;
+  // A fresh mapping of `bytes` (whole pages), resident, and pinned while pin_ holds; a failed
+  // pinning turns pin_ off with a warning (the mapping is returned unpinned), a failed mapping
+  // returns null.
+  std::shared_ptr<Region> map_region(size_t bytes);
   std::shared_ptr<Region> region_;
   size_t region_used_ = 0;
 

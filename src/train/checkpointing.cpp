@@ -115,6 +115,9 @@ std::vector<std::array<int64_t, 3>> canonical_ranges(const zero::PartitionedLaye
 
 // A layer's optimizer state in a checkpoint, in the order a resume reads and imports it.
 constexpr std::array<const char*, 3> kStateFields{"master", "exp_avg", "exp_avg_sq"};
+// Field f of kStateFields is optim::Optimizer::StateField f.
+static_assert(static_cast<int>(optim::Optimizer::StateField::exp_avg) == 1 &&
+              static_cast<int>(optim::Optimizer::StateField::exp_avg_sq) == 2);
 
 // Reads `field` of layer `l` into `into` ([shard_numel]): this rank's ranges of the layer's full
 // layout, wherever the writer's ranks held them; the padding between and after them is 0
