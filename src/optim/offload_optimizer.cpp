@@ -20,6 +20,7 @@
 #include "base/startup_timeline.hpp"
 #include "base/timer.hpp"
 #include "optim/cpu_adamw.hpp"
+#include "optim/pooled_norm.hpp"
 #include "zero/trace_scope.hpp"
 
 namespace superoffload::optim {
@@ -31,30 +32,6 @@ namespace {
 
 // The CPU kernel works on contiguous runs; the pool splits a run among its threads.
 constexpr size_t kAlign = 64;
-
-// The squared L2 norm, +inf when an element is not finite, on the optimizer's own pool. (An
-// ATen reduction called from the speculation worker ran on an OpenMP team of that thread,
-// which competed with the pool for the bound cores: on a 16-core H100 node the speculated CPU
-// steps took 6x longer.) Per-thread sums in double, eight running sums each: one sum is bound
-// by the latency of its additions (0.45 G elements/s per thread), eight by memory bandwidth.
-double squared_norm(ThreadPool& pool, const float* data, size_t n) {
-  std::mutex mutex;
-  double total = 0;
-  pool.parallel_for(n, kAlign, [&](size_t b, size_t e) {
-    constexpr size_t kLanes = 8;
-    double lanes[kLanes] = {};
-    size_t i = b;
-    for (; i + kLanes <= e; i += kLanes) {
-      for (size_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(data[i + k]) * static_cast<double>(data[i + k]);
-    }
-    double sum = 0;
-    for (; i < e; ++i) sum += static_cast<double>(data[i]) * static_cast<double>(data[i]);
-    for (double lane : lanes) sum += lane;
-    std::lock_guard lock(mutex);
-    total += sum;
-  });
-  return std::isfinite(total) ? total : INFINITY;  // NaN too
-}
 
 // The median of a few values (the mean of the middle two for an even count).
 double median(const std::deque<double>& values) {

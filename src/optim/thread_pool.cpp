@@ -71,10 +71,14 @@ void ThreadPool::worker(size_t index) {
   }
 }
 
+size_t ThreadPool::block_size(size_t n, size_t align) const {
+  align = std::max<size_t>(1, align);
+  return std::max(align, ((n + size() - 1) / size() + align - 1) / align * align);
+}
+
 void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn) {
   const size_t count = size();
-  align = std::max<size_t>(1, align);
-  const size_t per = ((n + count - 1) / count + align - 1) / align * align;
+  const size_t per = block_size(n, align);
   for (size_t i = 0; i < count; ++i) blocks_[i] = {std::min(n, i * per), std::min(n, (i + 1) * per)};
   {
     std::lock_guard lock(mutex_);

@@ -24,10 +24,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   size_t size() const { return workers_.size() + 1; }
+  size_t block_size(size_t n, size_t align) const;
   // The kernel thread ids of the workers (not the caller's thread), once each has started:
   // what resctrl moves into the optimizer's group.
   std::vector<pid_t> thread_ids();
-  // Calls fn(begin, end) on disjoint blocks covering [0, n), block starts aligned to `align`.
+  // Calls fn(begin, end) on disjoint blocks covering [0, n), block starts aligned to `align`:
+  // block i (of thread i) begins at i * block_size(n, align).
   void parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn);
 
  private:

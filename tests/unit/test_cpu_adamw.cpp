@@ -16,6 +16,7 @@
 
 #include "comm/bf16.hpp"
 #include "optim/cpu_adamw.hpp"
+#include "optim/pooled_norm.hpp"
 #include "optim/thread_pool.hpp"
 
 namespace o = superoffload::optim;
@@ -237,8 +238,31 @@ TEST(ThreadPool, BlocksCoverTheRangeOnceAligned) {
       for (size_t i = begin; i < end; ++i) ++hits[i];
     });
     for (int h : hits) ASSERT_EQ(h, 1);
-    for (size_t s : starts) EXPECT_EQ(s % 16, 0u);
+    for (size_t s : starts) {
+      EXPECT_EQ(s % 16, 0u);
+      EXPECT_EQ(s % pool.block_size(n, 16), 0u) << "block i begins at i * block_size";
+      EXPECT_LT(s / pool.block_size(n, 16), pool.size());
+    }
   }
+}
+
+// The blocks' sums are added in block order whichever thread finishes first. The data make the
+// order visible: block 0 sums to 2^53 exactly, the six others to 1 each; in order each 1 is
+// lost to rounding (2^53 + 1 rounds to even, 2^53), while two of them added together first
+// survive (2^53 + 2). Not finite data give +inf.
+TEST(PooledNorm, BlocksAreAddedInOrderEveryCall) {
+  o::ThreadPool pool(7, {});
+  const size_t n = 7 * 64;
+  ASSERT_EQ(pool.block_size(n, 64), 64u);
+  std::vector<float> data(n, 0.0f);
+  data[0] = data[1] = 67108864.0f;  // 2^26: squares 2^52 each
+  for (size_t b = 1; b < 7; ++b) data[b * 64 + 5] = 1.0f;
+  for (int call = 0; call < 300; ++call) {
+    ASSERT_EQ(o::squared_norm(pool, data.data(), n), 9007199254740992.0) << "call " << call;
+  }
+  data[200] = std::nanf("");
+  EXPECT_EQ(o::squared_norm(pool, data.data(), n), INFINITY);
+  EXPECT_EQ(o::squared_norm(pool, data.data(), 0), 0.0);
 }
 
 }  // namespace
