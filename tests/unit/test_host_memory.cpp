@@ -8,7 +8,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "base/fresh_memory.hpp"
@@ -95,6 +98,39 @@ TEST(FreshMemory, PopulatesTheWholePagesOfItsRangeAndKeepsTheirContents) {
   EXPECT_TRUE(superoffload::base::populate_for_write(data, kPages * kPage));
   for (size_t p = 0; p < kPages; ++p) EXPECT_EQ(data[p * kPage + kPage / 2], 0x5a) << "page " << p;
   ::munmap(data, kPages * kPage);
+}
+
+// The pieces tile the range exactly once, in any order the threads take them, and are cut at
+// absolute 2 MiB boundaries: a range that starts and ends off those boundaries (and off a
+// page) gets a short first and last piece, and every piece but those is 2 MiB, so no page is
+// shared by two pieces. An empty range calls nothing.
+TEST(FreshMemory, PageChunksTileTheRangeAtAbsoluteHugePageBoundaries) {
+  constexpr uintptr_t kChunk = uintptr_t{2} << 20;
+  std::vector<char> memory(5 * kChunk + 3 * kPage);
+  auto* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory.data()) + kChunk - 1) / kChunk * kChunk);
+  for (const auto& [offset, bytes] : std::vector<std::pair<size_t, size_t>>{
+           {100, 3 * kChunk + 5000}, {0, 2 * kChunk}, {kChunk - 1, 2}, {7, 10}, {kPage, 0}}) {
+    for (const int threads : {1, 2, 3}) {
+      std::mutex mutex;
+      std::vector<std::pair<uintptr_t, uintptr_t>> pieces;
+      superoffload::base::for_each_page_chunk(base + offset, bytes, threads, [&](char* at, size_t length) {
+        std::lock_guard lock(mutex);
+        pieces.emplace_back(reinterpret_cast<uintptr_t>(at), reinterpret_cast<uintptr_t>(at) + length);
+      });
+      std::sort(pieces.begin(), pieces.end());
+      const auto begin = reinterpret_cast<uintptr_t>(base + offset);
+      uintptr_t next = begin;
+      for (const auto& [from, to] : pieces) {
+        EXPECT_EQ(from, next) << "offset " << offset << ", " << threads << " thread(s): a gap or an overlap";
+        EXPECT_LT(from, to);
+        EXPECT_EQ((to - 1) / kChunk, from / kChunk) << "a piece crosses a 2 MiB boundary";
+        if (from != begin) EXPECT_EQ(from % kChunk, 0u) << "a piece that is not the first starts off a boundary";
+        next = to;
+      }
+      EXPECT_EQ(next, begin + bytes) << "offset " << offset << ", " << threads << " thread(s): the end not reached";
+      if (bytes == 0) EXPECT_TRUE(pieces.empty());
+    }
+  }
 }
 
 // A plain buffer (a CPU run's optimizer state) is resident when it is returned: its pages were
