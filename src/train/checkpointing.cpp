@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -520,10 +521,18 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
     try {
       position = load_from(reader, directory);
     } catch (const std::exception& e) {
-      failure = e.what();
+      failure = world_.size() > 1 ? "rank " + std::to_string(world_.rank()) + ": " + e.what() : std::string(e.what());
     }
     failure = io::lowest_rank_failure(failure, world_.world());
-    if (failure.empty()) return position;
+    if (failure.empty()) {
+      // Said once every rank has loaded: a rank that failed makes all of them fall back.
+      if (world_.rank() == 0) {
+        SO_LOG(info) << "resumed from " << directory.string() << ": step " << position->step << ", written by "
+                     << reader.world_size() << " rank(s)" << (reader.world_size() != world_.size() ? " (resharded)" : "")
+                     << ", epoch " << position->sampler.epoch << " batch " << position->sampler.batch;
+      }
+      return position;
+    }
     fs::path older;
     if (request == "latest") {
       for (const auto& candidate : io::list_checkpoints(root_)) {  // oldest first
@@ -543,6 +552,21 @@ std::optional<TrainingPosition> TrainingCheckpoints::resume(const std::string& r
     }
     directory = older;
   }
+}
+
+// Tests only (tests/cli/test_resume_guards.sh): SUPEROFFLOAD_TEST_FAIL_IMPORT="RANK:LAYER" makes
+// that rank's import of that layer's first moment fail once, as a device copy out of memory would,
+// while the reading thread is ahead of it: the thread must be stopped and joined, and every rank
+// fall back together.
+void TrainingCheckpoints::fail_import_for_a_test(size_t layer, size_t field) const {
+  static bool failed = false;
+  const char* spec = std::getenv("SUPEROFFLOAD_TEST_FAIL_IMPORT");
+  if (failed || !spec || field != 1) return;
+  int rank = -1;
+  long long at = -1;
+  if (std::sscanf(spec, "%d:%lld", &rank, &at) != 2 || rank != world_.rank() || at != static_cast<long long>(layer)) return;
+  failed = true;
+  SO_FAIL("importing layer " << layer << "'s exp_avg failed (SUPEROFFLOAD_TEST_FAIL_IMPORT)");
 }
 
 void TrainingCheckpoints::import_reading_ahead(io::CheckpointReader& reader,
@@ -595,6 +619,7 @@ void TrainingCheckpoints::import_reading_ahead(io::CheckpointReader& reader,
         if (read <= k) std::rethrow_exception(read_error);
       }
       const size_t l = k / kStateFields.size(), f = k % kStateFields.size();
+      fail_import_for_a_test(l, f);
       optimizer_.import_field(l, static_cast<optim::Optimizer::StateField>(f), slot(f, l));
       if (f + 1 == kStateFields.size()) optimizer_.finish_import(l, steps[l]);
       {
@@ -680,11 +705,6 @@ TrainingPosition TrainingCheckpoints::load_from(io::CheckpointReader& reader, co
       throw Error(directory.string() + ", rank " + std::to_string(rank) + ": " + e.what(),
                   "resume from an earlier checkpoint (--resume), or start afresh");
     }
-  }
-  if (rank == 0) {
-    SO_LOG(info) << "resumed from " << directory.string() << ": step " << position.step << ", written by "
-                 << reader.world_size() << " rank(s)" << (reader.world_size() != world_.size() ? " (resharded)" : "")
-                 << ", epoch " << position.sampler.epoch << " batch " << position.sampler.batch;
   }
   return position;
 }

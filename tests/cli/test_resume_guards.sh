@@ -4,7 +4,8 @@
 #    [checkpoint] accept_changed_settings resumes anyway with a warning;
 #  - `latest` that names anything but a step directory beside it (an absolute path, ../) is
 #    ignored with a note, and the newest intact checkpoint is used;
-#  - a checkpoint that verifies but fails to read falls back to the one before it;
+#  - a checkpoint that verifies but fails to read falls back to the one before it, and so does one
+#    whose import fails on one rank of two while that rank's reading thread is ahead;
 #  - a manifest whose world_size is 0 (its CRC in DONE fixed up) is refused, not exported as zeros;
 #  - metrics.h5 holds every step up to the checkpoint when the job is killed, though
 #    [metrics] flush_every_steps is far larger (it is flushed at each checkpoint).
@@ -70,6 +71,28 @@ train "$tmp/run" --set training.max_steps=6 --set training.seed=7 --set checkpoi
 expect_contains "$log" "reading $tmp/run/checkpoints/step_00000004 failed (" "read failure named"
 expect_contains "$log" "falling back to $tmp/run/checkpoints/step_00000002" "fallback named"
 expect_contains "$log" "resumed from $tmp/run/checkpoints/step_00000002" "resumed from the older checkpoint"
+
+# ---- an import that fails on one rank -------------------------------------------------------------
+# Rank 1's import of a layer fails (as a device copy out of memory would) while its reading thread
+# is ahead: the job does not hang or crash, both ranks fall back together to the checkpoint before,
+# and train on from there.
+two_ranks() {  # two_ranks MAX_STEPS [args...]: 2 ranks into $tmp/two; sets $rc and $log
+  local steps=$1
+  shift
+  log=$(timeout 120 "$MPIEXEC" -np 2 --oversubscribe "$SO_BIN" train configs/tiny.toml --set data.path="$tmp/corpus.jsonl" \
+    --set data.seq_len=32 --set training.output_dir="$tmp/two" --set checkpoint.every_steps=2 \
+    --set training.max_steps="$steps" "$@" 2>&1)
+  rc=$?
+}
+two_ranks 4
+((rc == 0)) || fail "2-rank training: $log"
+SUPEROFFLOAD_TEST_FAIL_IMPORT=1:2 two_ranks 6 --set checkpoint.save_on_exit=false --set checkpoint.every_steps=0
+((rc == 0)) || fail "no fallback from an import that failed on rank 1 (rc $rc): $log"
+expect_contains "$log" "reading $tmp/two/checkpoints/step_00000004 failed (rank 1: importing layer 2's exp_avg failed" "import failure named"
+expect_contains "$log" "falling back to $tmp/two/checkpoints/step_00000002" "fallback named"
+expect_contains "$log" "resumed from $tmp/two/checkpoints/step_00000002" "resumed from the older checkpoint"
+[[ $log != *"resumed from $tmp/two/checkpoints/step_00000004"* ]] || fail "the failed checkpoint was said to be resumed from: $log"
+echo "an import failing on rank 1 of 2: both ranks fell back to step 2"
 
 # ---- manifest fields ----------------------------------------------------------------------------
 "$SO_PYTHON" - "$tmp/run/checkpoints/step_00000004" <<'PY' || fail "editing the manifest"
