@@ -83,6 +83,7 @@ class TrainingCheckpoints {
   // Reads every layer's state on a thread of its own while this one imports it field by field;
   // slot(field, layer): where that field is read ([shard_numel] fp32), a third of one buffer.
   void import_reading_ahead(io::CheckpointReader& reader, const std::function<at::Tensor(size_t, size_t)>& slot);
+  // Tests only: fails one import where SUPEROFFLOAD_TEST_FAIL_IMPORT names this rank and layer.
   void fail_import_for_a_test(size_t layer, size_t field) const;
   // Collective: ends the job when a shard holds NaN or inf (see the definition).
   void refuse_non_finite_weights(int64_t step);
