@@ -69,12 +69,15 @@ def thread(tid):
 
 
 def last_seen(log):
-    """{group: its last logged state while its threads ran} from a kernel LOG (after a run the
-    threads are gone, and the kernel logs the group once more with their names unknown)."""
+    """{group: its last logged state while its threads ran} from a kernel LOG. Two later states
+    do not count: after a run the threads are gone (the kernel logs the group once more with
+    their names unknown), and while the program removes a group, file by file, the kernel may
+    poll between the removal of `tasks` and the rmdir and log the group with no tasks."""
     last = {}
     for line in open(log):
         state = json.loads(line)
-        if state["group"] not in last or all(state["tasks"].values()):
+        ran = bool(state["tasks"]) and all(state["tasks"].values())
+        if state["group"] not in last or ran:
             last[state["group"]] = state
     return last
 
