@@ -73,11 +73,17 @@ def last_seen(log):
     do not count: after a run the threads are gone (the kernel logs the group once more with
     their names unknown), and while the program removes a group, file by file, the kernel may
     poll between the removal of `tasks` and the rmdir and log the group with no tasks."""
+    def running(state):  # (some thread of it alive, all of them alive)
+        alive = [info is not None for info in state["tasks"].values()]
+        return any(alive), bool(alive) and all(alive)
+
     last = {}
     for line in open(log):
         state = json.loads(line)
-        ran = bool(state["tasks"]) and all(state["tasks"].values())
-        if state["group"] not in last or ran:
+        some, every = running(state)
+        # a state where every listed thread runs is preferred; one where only some do (a
+        # short-lived thread of the rank ended in it) is kept only until such a state comes
+        if state["group"] not in last or every or (some and not running(last[state["group"]])[1]):
             last[state["group"]] = state
     return last
 
