@@ -78,6 +78,7 @@ ModelSize model_size_from_config(const std::string& model_dir) {
   m.layers = static_cast<int64_t>(layers);
   m.vocab = static_cast<int64_t>(vocab);
   m.intermediate = static_cast<int64_t>(intermediate);
+  m.kv_width = static_cast<int64_t>(kv_heads * head_dim);
   m.parameters = static_cast<int64_t>(parameters);
   m.active_parameters = static_cast<int64_t>(experts > 0 ? embedding + layers * block_moe_active + head : parameters);
   m.largest_layer = static_cast<int64_t>(std::max({embedding, block, head}));
@@ -155,15 +156,37 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double tokens = micro * static_cast<double>(cfg.data.seq_len) / static_cast<double>(p.sequence_parallel);
   p.rank_tokens = tokens;
   const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
-  // Saved layer inputs (checkpointing) or every intermediate (no checkpointing), plus one
-  // layer's recompute working set.
-  const double per_layer_saved = cfg.training.activation_checkpointing ? tokens * h * compute_bytes
-                                                                       : tokens * (10 * h + 3 * i) * compute_bytes;
-  // The MLP's three intermediates exist for one tile at a time when tiled.
+  // Per token, in elements of the compute dtype: h the hidden size, kv the keys' (and values')
+  // width (num_key_value_heads x head_dim), i the MLP's intermediate size. Counted allocation by
+  // allocation on the CPU (tests/zero/activation_memory.cpp, which holds the plan within
+  // -5%..+25% of the engine's peak for several widths, with and without checkpointing, offload
+  // and tiles):
+  //  - without checkpointing, what forward keeps of a block: 9 h + 2 kv (norms' outputs, q and
+  //    its rotation, attention's output, projections, residuals; k, v) and the MLP's 4 i (gate,
+  //    up, SiLU(gate), their product) — 3 i on a GPU, whose SwiGLU kernel saves gate and up only;
+  //  - with checkpointing, the block's input (1 h), and at backward's peak one block's recompute
+  //    with the gradients in flight: 10 h + 2 kv, and 6 i (5 i on a GPU: gate, up and the three
+  //    gradients); tiled, the tiles' outputs and their input's gradient are whole-row tensors
+  //    besides, 1 h more;
+  //  - without checkpointing, backward's gradients in flight: 2 i.
+  // The MLP's intermediates exist for one tile at a time when tiled.
+  const double kv = static_cast<double>(m.kv_width);
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
   p.mlp_tile_tokens = tile;
   const double mlp_tokens = tile > 0 ? std::min<double>(tokens, static_cast<double>(tile)) : tokens;
-  const double working = (tokens * 10 * h + mlp_tokens * 3 * i) * compute_bytes;
+  // On the CPU in bf16, RMSNorm runs HF's chain, which normalises an fp32 copy of its input (a
+  // GPU runs one fused kernel): about 1.5 fp32 hidden states more per block kept without
+  // checkpointing, and 3.5 at backward's peak (the copies and their gradients).
+  const double fp32_norm_copies = !on_gpu && cfg.precision.bf16 ? 4 * h : 0;
+  const bool checkpointing = cfg.training.activation_checkpointing;
+  const double kept_mlp = on_gpu ? 3 : 4, backward_mlp = on_gpu ? 5 : 6;
+  const double per_layer_saved =
+      checkpointing ? tokens * h * compute_bytes
+                    : tokens * ((9 * h + 2 * kv + kept_mlp * i) * compute_bytes + 1.5 * fp32_norm_copies);
+  const double working =
+      checkpointing ? tokens * (((tile > 0 ? 11 : 10) * h + 2 * kv) * compute_bytes + 3.5 * fp32_norm_copies) +
+                          mlp_tokens * backward_mlp * i * compute_bytes
+                    : mlp_tokens * 2 * i * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
   if (cfg.model.activation_offload == config::ActivationOffload::host && cfg.training.activation_checkpointing) {
     // zero/activation_offload.hpp: every block's input in host memory; on the device the one

@@ -23,6 +23,7 @@ struct ModelSize {
   int64_t active_parameters = 0;  // per token (MoE: routed top-k)
   int64_t largest_layer = 0;      // parameters of the largest layer (embedding, block or head)
   int64_t layers = 0, hidden = 0, intermediate = 0, vocab = 0;
+  int64_t kv_width = 0;  // num_key_value_heads x head_dim: a token's keys (and values) per layer
   // The layers apart: embedding, head, one decoder block, and of a MoE block its experts'
   // parameters (all experts; 0 for dense models) and how many a token uses.
   int64_t embedding_parameters = 0, head_parameters = 0, block_parameters = 0;

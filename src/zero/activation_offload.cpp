@@ -105,7 +105,12 @@ void ActivationOffload::store(size_t layer, const at::Tensor& input) {
     return;
   }
   const size_t bytes = static_cast<size_t>(numel) * source.element_size();
-  s.cpu_stored = on_worker([source, host, bytes] { std::memcpy(host.data_ptr(), source.const_data_ptr(), bytes); });
+  // The source is dropped once copied, as the GPU's allocator reuses it once the copy stream is
+  // past it: the task (and this lambda with it) lives until take() in the future's shared state.
+  s.cpu_stored = on_worker([source = at::Tensor(source), host, bytes]() mutable {
+    std::memcpy(host.data_ptr(), source.const_data_ptr(), bytes);
+    source = at::Tensor();
+  });
 }
 
 void ActivationOffload::prefetch(size_t layer) {
