@@ -3,6 +3,8 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include "train/cpu_allocations.hpp"
+
 namespace superoffload::train {
 
 std::optional<DeviceMemoryInfo> device_memory_info(at::Device device) {
@@ -12,7 +14,10 @@ std::optional<DeviceMemoryInfo> device_memory_info(at::Device device) {
 }
 
 std::optional<double> device_peak_bytes(at::Device device) {
-  if (device.is_cpu()) return std::nullopt;
+  if (device.is_cpu()) {
+    if (!counting_cpu_allocations()) return std::nullopt;
+    return static_cast<double>(cpu_allocated_peak_bytes());
+  }
   const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
   return static_cast<double>(
       stats.allocated_bytes[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)].peak);
@@ -26,7 +31,11 @@ std::optional<double> device_reserved_peak_bytes(at::Device device) {
 }
 
 void reset_device_peak(at::Device device) {
-  if (!device.is_cpu()) c10::getDeviceAllocator(device.type())->resetPeakStats(device.index());
+  if (device.is_cpu()) {
+    reset_cpu_allocation_peak();
+  } else {
+    c10::getDeviceAllocator(device.type())->resetPeakStats(device.index());
+  }
 }
 
 }  // namespace superoffload::train

@@ -71,12 +71,13 @@ const Column kTrainColumns[] = {
     {"norm_s", [](const StepRecord& r) { return r.optimizer.norm_s; }},
     {"host_peak_rss_bytes", [](const StepRecord&) { return peak_rss_bytes(); }},
     {"peak_gathered_elements", [](const StepRecord& r) { return static_cast<double>(r.peak_gathered_elements); }},
-    // GPU runs: the most bytes LibTorch's caching allocator held during the step, on the rank
-    // that held the most; the plan's figure is the file attribute planned_device_bytes. NaN on
-    // the CPU.
+    // The most bytes LibTorch's caching allocator held during the step, on the rank that held
+    // the most; on the CPU, its CPU allocations (train/cpu_allocations.hpp: what a GPU would
+    // hold, not the host buffers the program maps itself). The plan's figure is the file
+    // attribute planned_device_bytes.
     {"device_peak_bytes", [](const StepRecord& r) { return r.device_peak_bytes; }},
     // ... and the most it had reserved from the device (segments: allocated bytes plus the
-    // fragmentation the allocator keeps), torch.cuda.max_memory_reserved.
+    // fragmentation the allocator keeps), torch.cuda.max_memory_reserved. NaN on the CPU.
     {"device_reserved_peak_bytes", [](const StepRecord& r) { return r.device_reserved_peak_bytes; }},
     // resctrl's memory-bandwidth and cache-occupancy counters of the optimizer's threads and of
     // the rest of the ranks (GB/s over the step; bytes at its end), summed over the ranks that

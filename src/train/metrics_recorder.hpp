@@ -41,8 +41,8 @@ struct StepRecord {
   zero::PhaseTimes engine;
   optim::OptimizerTimes optimizer;
   int64_t peak_gathered_elements = 0;
-  double device_peak_bytes = 0;  // this rank's caching-allocator peak in the step (NaN on the CPU);
-                                 // /train holds the largest over ranks
+  double device_peak_bytes = 0;  // this rank's caching-allocator peak in the step (on the CPU, that of
+                                 // LibTorch's counted allocations); /train holds the largest over ranks
   double device_reserved_peak_bytes = 0;  // the same for the bytes the allocator reserved
   // resctrl's counters of this rank's groups (train/cache_partition.hpp), NaN where it has none;
   // /train holds the sums over the ranks that have them.

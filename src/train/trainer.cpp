@@ -44,6 +44,7 @@
 #include "train/validation.hpp"
 #include "train/weights_by_shard.hpp"
 #include "train/checkpointing.hpp"
+#include "train/cpu_allocations.hpp"
 #include "train/device_memory.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/memory_plan.hpp"
@@ -316,12 +317,11 @@ std::map<std::string, std::string> run_attributes(const config::Config& cfg, con
   // What /ranks/host_peak_rss_bytes is compared with: the plan's host bytes per rank.
   attributes["planned_host_bytes"] = std::to_string(static_cast<int64_t>(
       plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), device.is_cuda(), resumes).host_total()));
-  if (device.is_cuda()) {
-    // What /train/device_peak_bytes is compared with: the plan's device bytes per rank, without
-    // the runtime's share (which the caching allocator does not see).
-    const auto plan = plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), true);
-    attributes["planned_device_bytes"] = std::to_string(static_cast<int64_t>(plan.device_total() - plan.device_runtime_bytes));
-  }
+  // What /train/device_peak_bytes is compared with: the plan's device bytes per rank, without
+  // the runtime's share (which the caching allocator does not see). On the CPU the same terms,
+  // against LibTorch's counted CPU allocations.
+  const auto plan = plan_memory(model_size_from_config(cfg.model.path), cfg, world.size(), device.is_cuda());
+  attributes["planned_device_bytes"] = std::to_string(static_cast<int64_t>(plan.device_total() - plan.device_runtime_bytes));
   return attributes;
 }
 
@@ -607,6 +607,9 @@ void TrainingRun::set_up_engine() {
                                                     notes, io::Verify::structure)
                                  .empty();
   }
+  // A CPU run counts LibTorch's allocations, its device's, for /train/device_peak_bytes against
+  // the plan's device terms (train/cpu_allocations.hpp); from here on, before the model exists.
+  if (device.is_cpu()) count_cpu_allocations();
   if (cfg.runtime.check_memory) {
     check_memory_fits(cfg, world, device, fill_from_checkpoint_);
   } else {

@@ -1,8 +1,8 @@
 // What one micro-batch's forward and backward hold, counted allocation by allocation, against
 // the memory plan (train/memory_plan.hpp). On a GPU the plan is checked against the caching
 // allocator's peak (bench/gpu_session.sh's memory and long parts); here LibTorch's CPU allocator
-// is wrapped by one that counts live bytes, and the engine runs at 1 rank on the CPU, so the
-// same engine code is measured on any machine.
+// is counted (train/cpu_allocations.hpp, as CPU runs' /train/device_peak_bytes is), and the
+// engine runs at 1 rank on the CPU, so the same engine code is measured on any machine.
 //
 // Two checks per configuration (checkpointing with and without activation offload, MLP tiles,
 // everything kept):
@@ -16,24 +16,19 @@
 //
 //   activation_memory [--tokens 4096] [--layers 6] [--intermediate 160] [--kv-heads 2] [--trace on]
 // Prints one line per configuration; exits 1 on a failed check.
-#include <c10/core/Allocator.h>
 #include <ATen/Parallel.h>
-#include <c10/core/CPUAllocator.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "base/logging.hpp"
 #include "cluster/mpi_world.hpp"
 #include "model_io/load_model.hpp"
+#include "train/cpu_allocations.hpp"
 #include "train/memory_plan.hpp"
 #include "zero/communicator_factory.hpp"
 #include "zero/engine.hpp"
@@ -41,60 +36,6 @@
 namespace so = superoffload;
 
 namespace {
-
-// LibTorch's CPU allocator with a count of the bytes its allocations hold, and their peak.
-// Its pointers are their own contexts with a plain deleter, as the default allocator's are:
-// some kernels (oneDNN's bf16 products) allocate through raw_allocate, which needs that.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) { instance_ = this; }
-
-  c10::DataPtr allocate(size_t bytes) override {
-    void* data = inner_->raw_allocate(bytes);
-    int64_t now = 0;
-    {
-      const std::lock_guard lock(mutex_);
-      sizes_[data] = bytes;
-      live_ += static_cast<int64_t>(bytes);
-      now = live_;
-      peak_ = std::max(peak_, now);
-    }
-    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
-
-  int64_t live() const {
-    const std::lock_guard lock(mutex_);
-    return live_;
-  }
-  int64_t peak() const {
-    const std::lock_guard lock(mutex_);
-    return peak_;
-  }
-  void reset_peak() {
-    const std::lock_guard lock(mutex_);
-    peak_ = live_;
-  }
-
- private:
-  static void release(void* data) {
-    if (data == nullptr) return;
-    {
-      const std::lock_guard lock(instance_->mutex_);
-      const auto it = instance_->sizes_.find(data);
-      instance_->live_ -= static_cast<int64_t>(it->second);
-      instance_->sizes_.erase(it);
-    }
-    instance_->inner_->raw_deallocate(data);
-  }
-
-  static inline CountingAllocator* instance_ = nullptr;
-  c10::Allocator* inner_;
-  mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;
-  int64_t live_ = 0, peak_ = 0;
-};
 
 struct Case {
   std::string name;
@@ -129,8 +70,7 @@ int main(int argc, char** argv) {
     if (a == "--kv-heads") kv_heads = std::stoll(argv[i + 1]);
     if (a == "--trace") trace = std::string(argv[i + 1]) == "on";
   }
-  static CountingAllocator counting(c10::GetCPUAllocator());
-  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  so::train::count_cpu_allocations();
 
   const auto dir = std::filesystem::temp_directory_path() / ("so_activation_memory_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -173,19 +113,19 @@ int main(int argc, char** argv) {
     // Once to let every lazily made buffer (the offload's host buffers, LibTorch's) exist.
     engine.forward_backward(batch, labels, {}, 1.0 / static_cast<double>(tokens), 1.0, false);
     std::vector<int64_t> after_backward(size.layers + 2, -1);
-    const int64_t start = counting.live();
+    const int64_t start = so::train::cpu_allocated_bytes();
     engine.on_layer_done([&](size_t layer, bool backward) {
-      if (backward) after_backward[layer] = counting.live();
+      if (backward) after_backward[layer] = so::train::cpu_allocated_bytes();
       if (trace) {
         std::printf("  after layer %zu's %s: live %.2f MiB, peak so far %.2f MiB\n", layer,
-                    backward ? "backward" : "forward", mib(static_cast<double>(counting.live() - start)),
-                    mib(static_cast<double>(counting.peak() - start)));
+                    backward ? "backward" : "forward", mib(static_cast<double>(so::train::cpu_allocated_bytes() - start)),
+                    mib(static_cast<double>(so::train::cpu_allocated_peak_bytes() - start)));
       }
     });
-    const int64_t before = counting.live();
-    counting.reset_peak();
+    const int64_t before = so::train::cpu_allocated_bytes();
+    so::train::reset_cpu_allocation_peak();
     engine.forward_backward(batch, labels, {}, 1.0 / static_cast<double>(tokens), 1.0, false);
-    const double measured = static_cast<double>(counting.peak() - before);
+    const double measured = static_cast<double>(so::train::cpu_allocated_peak_bytes() - before);
     engine.on_layer_done(nullptr);
 
     // 1. Backward frees as it goes (the blocks: layers 1 .. head - 1).
