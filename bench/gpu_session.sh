@@ -22,7 +22,8 @@
 #   moonshot     Llama-3.1-8B's shape on the one GPU with SuperOffload against the on-device
 #                TFLOPS of a model that fits (3B, optimizer on the device), same seq and batch
 #   baseline     that 3B alone, for a session that runs the moonshot without the memory part
-#   speed        bench/offload_modes.sh at 1.65B, clipping 1.0 then 0
+#   speed        bench/offload_modes.sh at 1.65B, clipping 1.0, 0, then p90 (90% of steps unclipped, the
+#                regime of fine-tuning from pretrained weights)
 #   link         the host-device link: pinned/pageable copy rates, cudaHostRegister rate
 #   profile      one 1.65B SuperOffload step profiled per layer and phase (CUDA events)
 #   long         Llama-3.1-8B's shape at the longest row this GPU fits by plan (plan --max-seq with
@@ -131,7 +132,7 @@ if ((dry)); then
   long         superoffload plan (the 8B, 1 row, activation offload, bf16 moments) --max-seq --gpu-memory <measured>
                --host-memory <MemTotal>; superoffload train (3 steps) at that row (<= 128k, a multiple of 8k)
   baseline     that 3B alone (SO_SESSION_ORDER=...,baseline:60,moonshot:170 without the memory part)
-  speed        bench/offload_modes.sh --clip 1.0 then --clip 0 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
+  speed        bench/offload_modes.sh --clip 1.0, 0, then p90 (1.65B: hidden 2560 x 24, seq 2048, micro 4)
   deepspeed    pip install --no-index --target /tmp/... .gpu/wheels/*.whl; bench/deepspeed_compare/compare.sh --clip both
                --hidden 2560 --layers 24 --python <machine python with those wheels> (SO_SESSION_DEEPSPEED_CLIP/ARGS)
   link         python3: pinned and pageable copies of 2 GiB each way; cudaHostRegister of 8 GiB
@@ -677,13 +678,13 @@ part_deepspeed() {
 }
 
 part_speed() {
-  local status=0 clips=(1.0 0) steps=${SO_SESSION_SPEED_STEPS:-4}
+  local status=0 clips=(1.0 0 p90) steps=${SO_SESSION_SPEED_STEPS:-4}
   ((quick)) && clips=(1.0) steps=2
   for clip in "${clips[@]}"; do
     within "$(($(part_left) - 5))" bash bench/offload_modes.sh --clip "$clip" --steps $steps --build "$built_root/build" ${SO_SESSION_SPEED_ARGS:-} \
       > "/tmp/so-speed-clip$clip.log" 2>&1 || status=1
     cat "/tmp/so-speed-clip$clip.log"
-    grep -E "ms/step|^model" "/tmp/so-speed-clip$clip.log" | sed 's/^ */RESULT /'
+    grep -E "ms/step|^model|steps clipped|90th percentile" "/tmp/so-speed-clip$clip.log" | sed 's/^ */RESULT /'
     rm -f "/tmp/so-speed-clip$clip.log"
   done
   return $status
