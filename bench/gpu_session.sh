@@ -421,14 +421,17 @@ part_memory() {
       grep -q "does not fit" "$dir.plan" && break
     done
     cat "$dir.plan"
-    local refuse=(mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set model.path="$dir/model" --set data.path="$corpus4k"
+    # Rows for two steps at that micro-batch (the shared corpus holds about 100: at 136 the runs
+    # stopped on the data, 2026-11-28, before the memory check could speak).
+    "$built_root/build/bin/superoffload_demo_corpus" "$dir/corpus.jsonl" --tokens $(((mb * 2 + 8) * seq * 5 / 4)) > /dev/null
+    local refuse=(mpirun -np 1 --bind-to none "$bin" train configs/tiny.toml --set model.path="$dir/model" --set data.path="$dir/corpus.jsonl"
       --set data.seq_len=$seq --set precision.bf16=true --set training.train_micro_batch_size_per_gpu=$mb --set runtime.device=$gpu --set offload.ratio=0.85
       --set training.max_steps=2 --set checkpoint.every_steps=0 --set checkpoint.save_on_exit=false --set training.output_dir="$dir/out")
     within 60 "${refuse[@]}" > "$dir.refused" 2>&1
-    echo "RESULT refusal at micro-batch $mb: exit $?: $(grep -m1 -iE 'error|does not fit' "$dir.refused" | cut -c1-300)"
+    echo "RESULT refusal at micro-batch $mb: exit $?: $(grep -m1 -iE 'fatal|error|does not fit' "$dir.refused" | cut -c1-300)"
     grep -iE -A4 "does not fit|would fit|advice" "$dir.refused" | head -12
     within 90 "${refuse[@]}" --set runtime.check_memory=false > "$dir.forced" 2>&1
-    echo "RESULT forced past the plan at micro-batch $mb: exit $?: $(grep -m1 -iE 'out of memory|error' "$dir.forced" | cut -c1-300)"
+    echo "RESULT forced past the plan at micro-batch $mb: exit $?: $(grep -m1 -iE 'out of memory|fatal|error' "$dir.forced" | cut -c1-300)"
   fi
   rm -rf "$work"
   return $status
