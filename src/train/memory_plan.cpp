@@ -177,14 +177,14 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // On the CPU in bf16, RMSNorm runs HF's chain, which normalises an fp32 copy of its input (a
   // GPU runs one fused kernel): about 1.5 fp32 hidden states more per block kept without
   // checkpointing, and 3.5 at backward's peak (the copies and their gradients).
-  const double fp32_norm_copies = !on_gpu && cfg.precision.bf16 ? 4 * h : 0;
+  const double fp32_norm_hidden_bytes = !on_gpu && cfg.precision.bf16 ? 4 * h : 0;  // one such copy, per token
   const bool checkpointing = cfg.training.activation_checkpointing;
   const double kept_mlp = on_gpu ? 3 : 4, backward_mlp = on_gpu ? 5 : 6;
   const double per_layer_saved =
       checkpointing ? tokens * h * compute_bytes
-                    : tokens * ((9 * h + 2 * kv + kept_mlp * i) * compute_bytes + 1.5 * fp32_norm_copies);
+                    : tokens * ((9 * h + 2 * kv + kept_mlp * i) * compute_bytes + 1.5 * fp32_norm_hidden_bytes);
   const double working =
-      checkpointing ? tokens * (((tile > 0 ? 11 : 10) * h + 2 * kv) * compute_bytes + 3.5 * fp32_norm_copies) +
+      checkpointing ? tokens * (((tile > 0 ? 11 : 10) * h + 2 * kv) * compute_bytes + 3.5 * fp32_norm_hidden_bytes) +
                           mlp_tokens * backward_mlp * i * compute_bytes
                     : mlp_tokens * 2 * i * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;
