@@ -129,8 +129,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   p.device_parameter_bytes = compute_bytes * n;
   p.device_gradient_bytes = 4 * n * (1 - cpu_share);
   // Gathered: the running layer plus what prefetch may hold, within stage3_max_live_parameters.
+  // A layer larger than stage3_prefetch_bucket_size is not gathered ahead (zero/engine.cpp's
+  // prefetch): beside the running layer, at most one of that size.
+  const double prefetched = std::min(largest_gathered, static_cast<double>(cfg.zero.stage3_prefetch_bucket_size));
   const double live =
-      std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), 2.0 * largest_gathered);
+      std::min<double>(static_cast<double>(cfg.zero.stage3_max_live_parameters), largest_gathered + prefetched);
   p.device_gathered_bytes = compute_bytes * std::max<double>(live, largest_gathered);  // 0 at 1 rank
   // Backward of a layer leaves its parameters' gradients (compute dtype); the reducer keeps at
   // most two chunks of fp32 send buffers (a bucket each) and staging buffers (a bucket / ranks
