@@ -113,16 +113,15 @@ int main(int argc, char** argv) {
     // Once to let every lazily made buffer (the offload's host buffers, LibTorch's) exist.
     engine.forward_backward(batch, labels, {}, 1.0 / static_cast<double>(tokens), 1.0, false);
     std::vector<int64_t> after_backward(size.layers + 2, -1);
-    const int64_t start = so::train::cpu_allocated_bytes();
+    const int64_t before = so::train::cpu_allocated_bytes();
     engine.on_layer_done([&](size_t layer, bool backward) {
       if (backward) after_backward[layer] = so::train::cpu_allocated_bytes();
       if (trace) {
         std::printf("  after layer %zu's %s: live %.2f MiB, peak so far %.2f MiB\n", layer,
-                    backward ? "backward" : "forward", mib(static_cast<double>(so::train::cpu_allocated_bytes() - start)),
-                    mib(static_cast<double>(so::train::cpu_allocated_peak_bytes() - start)));
+                    backward ? "backward" : "forward", mib(static_cast<double>(so::train::cpu_allocated_bytes() - before)),
+                    mib(static_cast<double>(so::train::cpu_allocated_peak_bytes() - before)));
       }
     });
-    const int64_t before = so::train::cpu_allocated_bytes();
     so::train::reset_cpu_allocation_peak();
     engine.forward_backward(batch, labels, {}, 1.0 / static_cast<double>(tokens), 1.0, false);
     const double measured = static_cast<double>(so::train::cpu_allocated_peak_bytes() - before);
