@@ -256,13 +256,29 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // safetensors by shard needs neither. A layer in fp32 stays the bound: for random
   // initialisation now an over-count (an 8B's largest layer, its embedding, is 2.1 GB).
   // A checkpoint save exports one layer's state at a time (train/checkpointing): where the
-  // optimizer copies it (state on NVMe or in bf16, a layer of several sub-groups, a GPU run),
-  // master and moments of the largest shard in fp32, 12 bytes a parameter; a resume reads
-  // each layer into one buffer of that size before the optimizer takes it. These happen when
-  // the step's own transients are gone, and never together: the largest one is counted. A run
-  // that neither saves nor resumes counts set-up's layer only.
+  // optimizer copies it (state on NVMe or in bf16, a layer of several sub-groups, a layer of
+  // the device share — on a CPU run too, where `[offload] ratio` < 1 leaves the first
+  // sub-groups, the embedding's, outside the CPU share — or, without offload, a GPU run's
+  // device state), master and moments of the largest shard in fp32, 12 bytes a parameter. A
+  // CPU-share layer of fp32 state in one sub-group is handed to the writer as it is
+  // (optim::OffloadOptimizer::export_layer). A resume reads each layer into one buffer of that
+  // size before the optimizer takes it. Both happen outside a step: on a CPU run, whose step's
+  // transients are host memory, the layer's copy takes their place (the gathered layers, the
+  // gradients in flight, the activations and the loss's logits) and only what exceeds them is
+  // counted — summed until 2026-11-29, a 125M Llama's 1-rank run that saved on exit lay at 1.13
+  // of its peak (its logits alone, 375 MiB, outweigh the embedding's 281). Set-up's layer is
+  // counted in full beside them (the bound above).
   const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
-  p.host_setup_bytes = std::max(4 * largest, saves || resumes ? 12 * largest / ranks : 0.0);
+  const bool save_copies =
+      cfg.offload.device == config::OffloadDevice::none
+          ? on_gpu
+          : nvme || cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 || cpu_share < 1 ||
+                largest / ranks > static_cast<double>(cfg.zero.sub_group_size);
+  const double step_transients = on_gpu ? 0
+                                        : p.device_gathered_bytes + p.device_reduce_bytes + p.device_activation_bytes +
+                                              p.device_logits_bytes;
+  const double layer_copy = (saves && save_copies) || resumes ? 12 * largest / ranks : 0.0;
+  p.host_setup_bytes = std::max(4 * largest, layer_copy - step_transients);
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured. Found
   // by comparing each rank's peak RSS with its baseline and model terms (the tiny model and a
