@@ -282,10 +282,10 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   const double mib = 1024.0 * 1024;
   // Communication buffers appear when ranks first talk, after the baseline was measured. Found
   // by comparing each rank's peak RSS with its baseline and model terms (the tiny model and a
-  // 125M Llama at 1, 2, 4 and 8 ranks, AMD EPYC and Sapphire Rapids VMs): beyond a 1-rank run,
-  // Open MPI's shared-memory transport maps about 1 MiB per peer on the node (RssShmem), and the
-  // largest rank's anonymous memory grows by 5-15 MiB more (rank 0's, which also gathers the
-  // ranks' metrics; the others' 0-10). Until 2026-11-29 this term was a residual calibrated
+  // 125M Llama at 1, 2, 4 and 8 ranks, on an AMD EPYC VM): beyond a 1-rank run, Open MPI's
+  // shared-memory transport maps about 1 MiB per peer on the node (RssShmem), and the largest
+  // rank's anonymous memory grows by 5-15 MiB more (rank 0's, 10-15 MiB over the others; where
+  // in rank 0 was not located further). Until 2026-11-29 this term was a residual calibrated
   // before the activation terms were exact (32 MiB + 2 per peer): at 8 ranks the plan came to
   // 1.05-1.11 of the ranks' peaks and failed memory_plan_rss's +10% on an AMD EPYC VM.
   const double communication = ranks > 1 ? 10 * mib + 1.5 * mib * std::min(ranks - 1, 15) : 0;
