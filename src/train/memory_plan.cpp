@@ -263,20 +263,19 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // CPU-share layer of fp32 state in one sub-group is handed to the writer as it is
   // (optim::OffloadOptimizer::export_layer). A resume reads each layer into one buffer of that
   // size before the optimizer takes it. Both happen outside a step: on a CPU run, whose step's
-  // transients are host memory, the layer's copy takes their place (the gathered layers, the
-  // gradients in flight, the activations and the loss's logits) and only what exceeds them is
-  // counted — summed until 2026-11-29, a 125M Llama's 1-rank run that saved on exit lay at 1.13
-  // of its peak (its logits alone, 375 MiB, outweigh the embedding's 281). Set-up's layer is
-  // counted in full beside them (the bound above).
+  // transients are host memory, the layer's copy takes the place of those freed when the step
+  // ends (the activations and the loss's logits; gathered layers and gradient buffers stay in
+  // zero::BufferCache) and only what exceeds them is counted — summed until 2026-11-29, a 125M
+  // Llama's 1-rank run that saved on exit lay at 1.13 of its peak (its logits alone, 375 MiB,
+  // outweigh the embedding's 281). Set-up's layer is counted in full beside them (the bound
+  // above).
   const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
   const bool save_copies =
       cfg.offload.device == config::OffloadDevice::none
           ? on_gpu
           : nvme || cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 || cpu_share < 1 ||
                 largest / ranks > static_cast<double>(cfg.zero.sub_group_size);
-  const double step_transients = on_gpu ? 0
-                                        : p.device_gathered_bytes + p.device_reduce_bytes + p.device_activation_bytes +
-                                              p.device_logits_bytes;
+  const double step_transients = on_gpu ? 0 : p.device_activation_bytes + p.device_logits_bytes;
   const double layer_copy = (saves && save_copies) || resumes ? 12 * largest / ranks : 0.0;
   p.host_setup_bytes = std::max(4 * largest, layer_copy - step_transients);
   const double mib = 1024.0 * 1024;
