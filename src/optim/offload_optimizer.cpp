@@ -267,7 +267,8 @@ ShardState OffloadOptimizer::export_layer(size_t layer) const {
     SO_CHECK(steps < 0 || steps == g.steps, "sub-groups of layer " << layer << " disagree on their step count");
     steps = g.steps;
   };
-  if (groups.size() == 1 && groups_[groups[0]].region < 0 && groups_[groups[0]].on_cpu && !s_.bf16_moments) {
+  if (!groups.empty() && !export_copies(groups.size(), groups_[groups[0]].on_cpu, groups_[groups[0]].region >= 0,
+                                        s_.bf16_moments)) {
     // The whole layer in one host sub-group in fp32: its own tensors, no copy.
     const auto& g = groups_[groups[0]];
     count_steps(g);

@@ -88,6 +88,13 @@ class OffloadOptimizer final : public Optimizer {
   // Host fp32 copies (CPU sub-groups are not copied when the layer is one sub-group); import
   // also sets the device shard.
   ShardState export_layer(size_t layer) const override;
+  // Whether export_layer copies a layer's state into fresh fp32 host tensors (true) or hands
+  // over the optimizer's own: only a layer that is a single sub-group of the host share, held
+  // in memory (not on NVMe) with fp32 moments, goes as it is. The host memory plan asks the
+  // same of the largest layer (train/memory_plan), so the two cannot drift apart.
+  static bool export_copies(size_t sub_groups, bool in_host_share, bool on_nvme, bool bf16_moments) {
+    return sub_groups != 1 || !in_host_share || on_nvme || bf16_moments;
+  }
   void import_layer(size_t layer, const ShardState& state) override;
   // By field where the state is in host memory; the NVMe tier's regions hold a sub-group's
   // three fields together and are written whole.

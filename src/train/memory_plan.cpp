@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "model/hf_config.hpp"
+#include "optim/offload_optimizer.hpp"
 #include "zero/gradient_reducer.hpp"
 
 namespace superoffload::train {
@@ -270,11 +271,17 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // outweigh the embedding's 281). Set-up's layer is counted in full beside them (the bound
   // above).
   const bool saves = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.save_on_exit;
+  // Without offload, optim::ShardedAdamW copies a GPU run's device state and hands a CPU run's
+  // over. With it, OffloadOptimizer's own rule; with `ratio` < 1 the largest layer is taken to
+  // be in the device share (the first sub-groups, the embedding's), which with few sub-groups
+  // may hold none: an over-count of one layer's copy at most.
+  const auto largest_sub_groups =
+      static_cast<size_t>(std::ceil(std::ceil(largest / ranks) / static_cast<double>(cfg.zero.sub_group_size)));
   const bool save_copies =
       cfg.offload.device == config::OffloadDevice::none
           ? on_gpu
-          : nvme || cfg.offload.optimizer_state_dtype == config::StateDtype::bf16 || cpu_share < 1 ||
-                largest / ranks > static_cast<double>(cfg.zero.sub_group_size);
+          : optim::OffloadOptimizer::export_copies(largest_sub_groups, /*in_host_share=*/cpu_share >= 1, nvme,
+                                                   cfg.offload.optimizer_state_dtype == config::StateDtype::bf16);
   const double step_transients = on_gpu ? 0 : p.device_activation_bytes + p.device_logits_bytes;
   const double layer_copy = (saves && save_copies) || resumes ? 12 * largest / ranks : 0.0;
   p.host_setup_bytes = std::max(4 * largest, layer_copy - step_transients);
