@@ -10,8 +10,19 @@
 //   grouped/library  one grouped product per projection, LibTorch's at::_grouped_mm
 //   grouped/loop     the same, the groups multiplied one by one inside the product (what the
 //                    plugin uses on a CPU)
+//   grouped GEMMs    the grouped layer's six products alone (forward and backward, the same
+//                    operands and group sizes, the kernel the plugin picks on the device): no
+//                    routing, gathering, activation or weighted sum — what is left of the
+//                    grouped row is this project's code, the rest LibTorch's grouped kernel.
+//                    On a GPU only: on this project's 2-core CPU VMs the same weight-gradient
+//                    product took twice as long here as inside the layer, every time, with
+//                    over half the run in the kernel (fresh multi-GB outputs faulted in);
+//                    not explained, so not printed as a split of the layer's time
 //   dense            one plain matrix product per projection of the same shape and FLOPs (all
 //                    pairs through one expert's weights): the ceiling
+// The SwiGLU families' expert weights lie back to back in one buffer in HF's parameter order
+// (gate, up, down of expert 0, then of expert 1, ...), as in the engine's gathered layer, so
+// the grouped products take them as strided views, not stacked copies.
 // TFLOPS count the active FLOPs only: 6 · pairs · hidden · intermediate per projection set in
 // forward, three times that with backward. Routing is random (uniform over experts).
 //
@@ -21,6 +32,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <stdlib.h>
+#include <torch/autograd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -32,7 +44,9 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "model/blocks/stacked_weights.hpp"
 #include "moe/experts.hpp"
+#include "moe/grouped_gemm.hpp"
 
 namespace moe = superoffload::plugins::moe;
 
@@ -55,6 +69,7 @@ struct Experts {
   std::vector<at::Tensor> gate, up, down;  // per expert (the SwiGLU families)
   moe::ClampedSwiglu clamped;              // GPT-OSS
   std::vector<at::Tensor> leaves;
+  at::Tensor flat;  // the SwiGLU families' weights, back to back
 };
 
 Experts make_experts(const Shape& s, const at::TensorOptions& options) {
@@ -72,12 +87,40 @@ Experts make_experts(const Shape& s, const at::TensorOptions& options) {
     x.clamped.down_bias = leaf({s.experts, s.hidden});
     return x;
   }
+  // Bound to views of one buffer as zero::PartitionedLayer binds a gathered layer's parameters.
+  const int64_t matrix = s.intermediate * s.hidden;
+  x.flat = at::empty({3 * s.experts * matrix}, options);
+  int64_t offset = 0;
+  auto bound = [&](at::IntArrayRef sizes) {
+    auto t = leaf(sizes);
+    x.flat.narrow(0, offset, matrix).view(sizes).copy_(t.detach());
+    t.set_data(x.flat.narrow(0, offset, matrix).view(sizes));
+    offset += matrix;
+    return t;
+  };
   for (int64_t e = 0; e < s.experts; ++e) {
-    x.gate.push_back(leaf({s.intermediate, s.hidden}));
-    x.up.push_back(leaf({s.intermediate, s.hidden}));
-    x.down.push_back(leaf({s.hidden, s.intermediate}));
+    x.gate.push_back(bound({s.intermediate, s.hidden}));
+    x.up.push_back(bound({s.intermediate, s.hidden}));
+    x.down.push_back(bound({s.hidden, s.intermediate}));
   }
   return x;
+}
+
+// The grouped products alone: the operands of the gate/up and down products as the plugin
+// forms them, fed with fixed inputs; backward with fixed gradients. Six grouped products.
+struct GemmOperands {
+  at::Tensor input, gate_up, down, hidden, upstream_gate_up, upstream_down;
+};
+double run_grouped_gemms(const GemmOperands& g, const at::Tensor& ends) {
+  const auto input = g.input.detach().requires_grad_(true), hidden = g.hidden.detach().requires_grad_(true);
+  const auto w1 = g.gate_up.detach().requires_grad_(true), w2 = g.down.detach().requires_grad_(true);
+  synchronize(input.device());
+  const double start = now();
+  const auto projected = moe::grouped_linear(input, w1, ends);  // [pairs, 2 · intermediate]
+  const auto out = moe::grouped_linear(hidden, w2, ends);       // [pairs, hidden]
+  torch::autograd::backward({projected, out}, {g.upstream_gate_up, g.upstream_down});
+  synchronize(input.device());
+  return now() - start;
 }
 
 // One forward and backward of the experts' half of the layer.
@@ -158,6 +201,29 @@ int main(int argc, char** argv) {
       const auto dense_down = at::randn({s.hidden, s.intermediate}, options) / std::sqrt(double(s.intermediate));
       const auto upstream_pairs = at::randn({pairs, s.hidden}, options);
       const double flops = 3.0 * 6.0 * static_cast<double>(pairs) * static_cast<double>(s.hidden * s.intermediate);
+      // The grouped products' operands: [experts, 2 · intermediate, hidden] and [experts, hidden,
+      // intermediate], as views of the experts' own weights where the plugin makes them so.
+      const auto routed = moe::route_pairs(indices, weights, s.experts);
+      GemmOperands gemm;
+      {
+        const at::NoGradGuard plain;
+        if (s.clamped) {
+          gemm.gate_up = experts.clamped.gate_up.transpose(1, 2);
+          gemm.down = experts.clamped.down.transpose(1, 2);
+        } else {
+          std::vector<at::Tensor> gate_up;
+          for (int64_t e = 0; e < s.experts; ++e) {
+            gate_up.push_back(experts.gate[static_cast<size_t>(e)]);
+            gate_up.push_back(experts.up[static_cast<size_t>(e)]);
+          }
+          gemm.gate_up = superoffload::model::stacked_weights(gate_up, 2);
+          gemm.down = superoffload::model::stacked_weights(experts.down, 1);
+        }
+        gemm.input = pairs_input;
+        gemm.hidden = at::randn({pairs, s.intermediate}, options);
+        gemm.upstream_gate_up = at::randn({pairs, 2 * s.intermediate}, options);
+        gemm.upstream_down = upstream_pairs;
+      }
       std::map<std::string, std::vector<double>> seconds;
       auto grouped_with = [&](const char* kernel) {
         setenv("SUPEROFFLOAD_MOE_GROUPED_MM", kernel, 1);
@@ -170,12 +236,16 @@ int main(int argc, char** argv) {
       grouped_with("library");
       grouped_with("loop");
       run_dense(s, pairs_input, dense_gate_up, dense_down, upstream_pairs);
+      if (device.is_cuda()) run_grouped_gemms(gemm, routed.ends);
       for (int r = 0; r < rounds; ++r) {
-        for (int k = 0; k < 4; ++k) {
-          switch ((k + r) % 4) {
+        for (int k = 0; k < 5; ++k) {
+          switch ((k + r) % 5) {
             case 0: seconds["loop"].push_back(run_experts(s, experts, tokens, indices, weights, upstream, false)); break;
             case 1: seconds["grouped/library"].push_back(grouped_with("library")); break;
             case 2: seconds["grouped/loop"].push_back(grouped_with("loop")); break;
+            case 3:
+              if (device.is_cuda()) seconds["grouped GEMMs"].push_back(run_grouped_gemms(gemm, routed.ends));
+              break;
             default: seconds["dense"].push_back(run_dense(s, pairs_input, dense_gate_up, dense_down, upstream_pairs));
           }
         }
@@ -183,15 +253,24 @@ int main(int argc, char** argv) {
       std::printf("%s experts, %lld tokens (%lld pairs), forward + backward, median of %d:\n", s.name.c_str(),
                   static_cast<long long>(n), static_cast<long long>(pairs), rounds);
       std::map<std::string, double> median;
-      for (const char* row : {"loop", "grouped/library", "grouped/loop", "dense"}) {
+      for (const char* row : {"loop", "grouped/library", "grouped/loop", "grouped GEMMs", "dense"}) {
+        if (seconds[row].empty()) continue;
         median[row] = bench::median(seconds[row]);
         std::printf("  %-16s %9.1f ms  %7.3f TFLOPS (active)\n", row, 1000 * median[row], flops / median[row] / 1e12);
       }
       const double best_grouped = std::min(median["grouped/library"], median["grouped/loop"]);
-      std::printf("summary: %s tokens=%lld grouped/loop=%.2fx (library %.2fx, per-group %.2fx) grouped/dense=%.2f\n",
+      // On a GPU, gemms/dense: the grouped kernel's own efficiency against plain products;
+      // gemms_share: the part of the grouped layer's time (LibTorch's kernel, as a GPU runs it)
+      // its products take — the rest is routing, gathers, the activation and the weighted sum.
+      std::printf("summary: %s tokens=%lld grouped/loop=%.2fx (library %.2fx, per-group %.2fx) grouped/dense=%.2f",
                   key.c_str(), static_cast<long long>(n), median["loop"] / best_grouped,
                   median["loop"] / median["grouped/library"], median["loop"] / median["grouped/loop"],
                   median["dense"] / best_grouped);
+      if (median.count("grouped GEMMs")) {
+        std::printf(" gemms/dense=%.2f gemms_share=%.2f", median["dense"] / median["grouped GEMMs"],
+                    median["grouped GEMMs"] / median["grouped/library"]);
+      }
+      std::printf("\n");
     }
   }
   return 0;
