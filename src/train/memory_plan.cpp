@@ -174,6 +174,11 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   //    besides, 1 h more;
   //  - without checkpointing, backward's gradients in flight: 2 i.
   // The MLP's intermediates exist for one tile at a time when tiled.
+  // Since 2026-11-29 the engine lets go of a block's recomputed output and the gradient coming
+  // into it before the block's backward (zero/gradient_seed.hpp): the CPU count of a pass with
+  // checkpointing fell by one hidden state (fp32, hidden 64: 32.6 -> 31.6 MiB, offload and tiles
+  // 16.7 -> 15.7). The term keeps the 10 h until a GPU's peak confirms it there: the plan lay
+  // 2-6% under the H200's allocated peaks of 2026-11-28, and a plan that is low refuses nothing.
   const double kv = static_cast<double>(m.kv_width);
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
   p.mlp_tile_tokens = tile;

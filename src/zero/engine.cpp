@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/timer.hpp"
 #include "model/blocks/varlen_layout.hpp"
+#include "zero/gradient_seed.hpp"
 #include "zero/trace_scope.hpp"
 
 namespace superoffload::zero {
@@ -346,7 +347,10 @@ MicroBatchResult ZeroEngine::forward_backward(const at::Tensor& tokens, const at
     } else {
       out = outputs[i];
     }
-    std::vector<at::Tensor> roots{out}, grads{grad};
+    // The output and the gradient coming into it are let go of before backward, which frees
+    // each once its nodes are done with it (gradient_seed.hpp).
+    const auto seed = gradient_seed(std::move(out), std::move(grad));
+    std::vector<at::Tensor> roots{seed}, grads{at::ones({}, seed.options())};
     for (const auto& r : routers[i]) {
       if (!r.probability.requires_grad()) continue;
       roots.push_back(r.probability);
