@@ -174,11 +174,17 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   //    besides, 1 h more;
   //  - without checkpointing, backward's gradients in flight: 2 i.
   // The MLP's intermediates exist for one tile at a time when tiled.
-  // Since 2026-11-29 the engine lets go of a block's recomputed output and the gradient coming
-  // into it before the block's backward (zero/gradient_seed.hpp): the CPU count of a pass with
-  // checkpointing fell by one hidden state (fp32, hidden 64: 32.6 -> 31.6 MiB, offload and tiles
-  // 16.7 -> 15.7). The term keeps the 10 h until a GPU's peak confirms it there: the plan lay
-  // 2-6% under the H200's allocated peaks of 2026-11-28, and a plan that is low refuses nothing.
+  // These were fitted at 3-4k tokens, where one MLP tile's intermediates weigh about two hidden
+  // states; at a long row they weigh little and the old count showed what they had covered
+  // (activation_memory --tokens 16384 --layers 2, fp32: tiled passes 11.6% over the plan). Two
+  // fixes of 2026-11-29 took it away rather than the plan adding it: the engine lets go of a
+  // block's recomputed output and the gradient coming into it before the block's backward
+  // (zero/gradient_seed.hpp), and tiles write their outputs into one whole output instead of
+  // joining them (model/blocks/token_tiles.cpp). Now, at 16k tokens: tiled +0.4%, untiled +2.2%;
+  // at 4k: +3.9..+6.6% (one hidden state less than the terms, kept until a GPU's peak confirms
+  // it: the plan lay 2-6% under the H200's allocated peaks of 2026-11-28). Still low at long rows:
+  // bf16 with tiles on the CPU (-7.7% at 16k tokens; the HF RMSNorm chain's fp32 copies, which a
+  // GPU does not make).
   const double kv = static_cast<double>(m.kv_width);
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
   p.mlp_tile_tokens = tile;

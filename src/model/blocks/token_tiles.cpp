@@ -29,14 +29,28 @@ std::vector<at::Tensor> tiles_of(const std::vector<at::Tensor>& tiled, int64_t d
   return tiles;
 }
 
+// Each tile's output goes straight into its place in the whole one: collected and joined with
+// at::cat, the whole output existed twice at the end of the pass (the forward's peak of a
+// tiled block at long rows, where one tile's intermediates are small beside a hidden state).
 at::Tensor run_tiles(const std::vector<at::Tensor>& tiled, const std::vector<at::Tensor>& whole, int64_t dim,
                      int64_t tile, const TileFunction& fn) {
   const int64_t extent = tiled.front().size(dim);
-  std::vector<at::Tensor> outputs;
+  at::Tensor output;
   for (int64_t begin = 0; begin < extent; begin += tile) {
-    outputs.push_back(fn(tiles_of(tiled, dim, begin, std::min(tile, extent - begin)), whole, begin));
+    const int64_t length = std::min(tile, extent - begin);
+    const auto part = fn(tiles_of(tiled, dim, begin, length), whole, begin);
+    if (!output.defined()) {
+      SO_CHECK(dim < part.dim(), "over_tiles: a tile's output of shape " << part.sizes() << " has no dimension " << dim);
+      auto sizes = part.sizes().vec();
+      sizes[static_cast<size_t>(dim)] = extent;
+      output = at::empty(sizes, part.options());
+    }
+    auto place = output.narrow(dim, begin, length);
+    SO_CHECK(part.sizes() == place.sizes(), "over_tiles: the tile at " << begin << " gave an output of shape "
+                                                << part.sizes() << " where " << place.sizes() << " belongs");
+    place.copy_(part);
   }
-  return at::cat(outputs, dim);
+  return output;
 }
 
 struct TiledFunction : torch::autograd::Function<TiledFunction> {
