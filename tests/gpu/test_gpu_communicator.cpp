@@ -9,8 +9,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cluster/mpi_world.hpp"
@@ -31,8 +35,10 @@ template <typename T>
 class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& values) : n_(values.size()) {
-    if (cudaMalloc(&data_, std::max<size_t>(n_, 1) * sizeof(T)) != cudaSuccess) data_ = nullptr;
-    if (data_ && n_) cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
+    // A failed allocation or copy ends the test with its CUDA error rather than handing NCCL a null buffer.
+    const cudaError_t made = cudaMalloc(&data_, std::max<size_t>(n_, 1) * sizeof(T));
+    if (made != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorString(made));
+    if (n_) cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
   }
   ~DeviceArray() { cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
