@@ -182,24 +182,22 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // (zero/gradient_seed.hpp), and tiles write their outputs into one whole output instead of
   // joining them (model/blocks/token_tiles.cpp). Now, at 16k tokens: tiled +0.4%, untiled +2.2%;
   // at 4k: +3.9..+6.6% (one hidden state less than the terms, kept until a GPU's peak confirms
-  // it: the plan lay 2-6% under the H200's allocated peaks of 2026-11-28). Still low at long rows:
-  // bf16 with tiles on the CPU (-7.7% at 16k tokens; the HF RMSNorm chain's fp32 copies, which a
-  // GPU does not make).
+  // it: the plan lay 2-6% under the H200's allocated peaks of 2026-11-28). Since 2026-11-29 the
+  // CPU's RMSNorm keeps only its input, as the GPU's fused kernel does (model/blocks/rms_norm.cpp;
+  // HF's chain kept the normalised tensor and, in bf16, fp32 copies of its input, which this
+  // plan counted for CPU runs): the CPU's peaks fell one to three hidden states per block below
+  // these terms, which stay as the H200's peaks set them.
   const double kv = static_cast<double>(m.kv_width);
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
   p.mlp_tile_tokens = tile;
   const double mlp_tokens = tile > 0 ? std::min<double>(tokens, static_cast<double>(tile)) : tokens;
-  // On the CPU in bf16, RMSNorm runs HF's chain, which normalises an fp32 copy of its input (a
-  // GPU runs one fused kernel): about 1.5 fp32 hidden states more per block kept without
-  // checkpointing, and 3.5 at backward's peak (the copies and their gradients).
-  const double fp32_norm_hidden_bytes = !on_gpu && cfg.precision.bf16 ? 4 * h : 0;  // one such copy, per token
   const bool checkpointing = cfg.training.activation_checkpointing;
   const double kept_mlp = on_gpu ? 3 : 4, backward_mlp = on_gpu ? 5 : 6;
   const double per_layer_saved =
       checkpointing ? tokens * h * compute_bytes
-                    : tokens * ((9 * h + 2 * kv + kept_mlp * i) * compute_bytes + 1.5 * fp32_norm_hidden_bytes);
+                    : tokens * (9 * h + 2 * kv + kept_mlp * i) * compute_bytes;
   const double working =
-      checkpointing ? tokens * (((tile > 0 ? 11 : 10) * h + 2 * kv) * compute_bytes + 3.5 * fp32_norm_hidden_bytes) +
+      checkpointing ? tokens * ((tile > 0 ? 11 : 10) * h + 2 * kv) * compute_bytes +
                           mlp_tokens * backward_mlp * i * compute_bytes
                     : mlp_tokens * 2 * i * compute_bytes;
   p.device_activation_bytes = per_layer_saved * static_cast<double>(m.layers) + working;

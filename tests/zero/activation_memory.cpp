@@ -14,8 +14,9 @@
 //      that such a pass allocates (activations, the loss chunk, one layer's gradients and the
 //      reduce buffers), and not far below them.
 //
-//   activation_memory [--tokens 4096] [--layers 6] [--intermediate 160] [--kv-heads 2] [--trace on]
-// Prints one line per configuration; exits 1 on a failed check.
+//   activation_memory [--tokens 4096] [--layers 6] [--hidden 64] [--heads 4] [--intermediate 160]
+//                     [--kv-heads 2] [--case NAME] [--trace on]
+// Prints one line per configuration (--case: only the one named so); exits 1 on a failed check.
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -44,11 +45,11 @@ struct Case {
   bool bf16 = false;
 };
 
-std::string model_config(int layers, int intermediate, int kv_heads) {
-  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61, "hidden_size": 64, "intermediate_size": )" + std::to_string(intermediate) + R"(,
-    "num_hidden_layers": )" +
-         std::to_string(layers) + R"(, "num_attention_heads": 4, "num_key_value_heads": )" + std::to_string(kv_heads) + R"(, "initializer_range": 0.1,
-    "tie_word_embeddings": false})";
+std::string model_config(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate, int64_t kv_heads) {
+  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61, "hidden_size": )" + std::to_string(hidden) +
+         R"(, "intermediate_size": )" + std::to_string(intermediate) + R"(, "num_hidden_layers": )" + std::to_string(layers) +
+         R"(, "num_attention_heads": )" + std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(kv_heads) +
+         R"(, "initializer_range": 0.1, "tie_word_embeddings": false})";
 }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
@@ -60,21 +61,25 @@ int main(int argc, char** argv) {
   std::optional<so::cluster::MpiWorld> world;
   world.emplace(&argc, &argv);
   at::set_num_threads(1);
-  int64_t tokens = 4096, layers = 6, intermediate = 160, kv_heads = 2;
+  int64_t tokens = 4096, layers = 6, intermediate = 160, kv_heads = 2, hidden = 64, heads = 4;
   bool trace = false;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--tokens") tokens = std::stoll(argv[i + 1]);
     if (a == "--layers") layers = std::stoll(argv[i + 1]);
     if (a == "--intermediate") intermediate = std::stoll(argv[i + 1]);
     if (a == "--kv-heads") kv_heads = std::stoll(argv[i + 1]);
+    if (a == "--hidden") hidden = std::stoll(argv[i + 1]);
+    if (a == "--heads") heads = std::stoll(argv[i + 1]);
+    if (a == "--case") only = argv[i + 1];
     if (a == "--trace") trace = std::string(argv[i + 1]) == "on";
   }
   so::train::count_cpu_allocations();
 
   const auto dir = std::filesystem::temp_directory_path() / ("so_activation_memory_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << model_config(static_cast<int>(layers), static_cast<int>(intermediate), static_cast<int>(kv_heads));
+  std::ofstream(dir / "config.json") << model_config(hidden, heads, layers, intermediate, kv_heads);
   const auto size = so::train::model_size_from_config(dir.string());
 
   const std::vector<Case> cases{{"checkpointing"},
@@ -88,6 +93,7 @@ int main(int argc, char** argv) {
   int failures = 0;
   auto communicator = so::zero::make_communicator(so::config::CommBackend::automatic, at::kCPU, world->world());
   for (const auto& c : cases) {
+    if (!only.empty() && c.name != only) continue;
     so::config::Config cfg;
     cfg.precision.bf16 = c.bf16;
     cfg.data.seq_len = tokens;

@@ -6,21 +6,24 @@
 
 namespace superoffload::model {
 
+// HF's chain (fp32 inside, the weight's product in the input's dtype), its gradients bit for bit
+// theirs; under autograd it keeps only its input for backward, which recomputes the chain
+// (src/model/blocks/rms_norm.cpp says what the recorded chain would keep).
+at::Tensor rms_norm_keeping_input(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 class RMSNorm : public torch::nn::Module {
  public:
   RMSNorm(int64_t size, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({size})); }
   at::Tensor operator()(const at::Tensor& x) const {
     // On a GPU: LibTorch's fused kernel (one kernel forward and one backward, fp32 inside). HF's
-    // chain below is eight kernels forward and more in backward; on the H200 the on-device
+    // chain (rms_norm_keeping_input) is eight kernels forward and more in backward; on the H200 the on-device
     // 1.65B step spent about a third of its kernel time in such elementwise chains and casts.
     // The fused kernel multiplies by the weight before its single rounding (HF rounds twice):
     // equal in fp32, within one bf16 ulp in bf16.
     if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
       return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps_));
     }
-    const auto input = x.to(at::kFloat);
-    const auto variance = input.pow(2).mean(-1, /*keepdim=*/true);
-    return weight * (input * at::rsqrt(variance + eps_)).to(x.scalar_type());
+    return rms_norm_keeping_input(x, weight, eps_);
   }
 
   at::Tensor weight;
