@@ -180,13 +180,13 @@ MemoryPlan plan_memory(const ModelSize& m, const config::Config& cfg, int ranks,
   // fixes of 2026-11-29 took it away rather than the plan adding it: the engine lets go of a
   // block's recomputed output and the gradient coming into it before the block's backward
   // (zero/gradient_seed.hpp), and tiles write their outputs into one whole output instead of
-  // joining them (model/blocks/token_tiles.cpp). Now, at 16k tokens: tiled +0.4%, untiled +2.2%;
-  // at 4k: +3.9..+6.6% (one hidden state less than the terms, kept until a GPU's peak confirms
-  // it: the plan lay 2-6% under the H200's allocated peaks of 2026-11-28). Since 2026-11-29 the
-  // CPU's RMSNorm keeps only its input, as the GPU's fused kernel does (model/blocks/rms_norm.cpp;
-  // HF's chain kept the normalised tensor and, in bf16, fp32 copies of its input, which this
-  // plan counted for CPU runs): the CPU's peaks fell one to three hidden states per block below
-  // these terms, which stay as the H200's peaks set them.
+  // joining them (model/blocks/token_tiles.cpp): at 16k tokens tiled +0.4%, untiled +2.2%. Then
+  // the CPU's RMSNorm came to keep only its input, as the GPU's fused kernel does
+  // (model/blocks/rms_norm.cpp; HF's chain kept the normalised tensor and, in bf16, fp32 copies of
+  // its input, which this plan counted for CPU runs until then): the CPU's peaks fell one to three
+  // hidden states per block. Now: at 16k tokens tiled +16.9%, untiled +10.4%; at 3-4k +7..+23%.
+  // The terms are not lowered to the CPU's counts: the plan lay 2-6% under the H200's allocated
+  // peaks of 2026-11-28, whose norm was the fused kernel already.
   const double kv = static_cast<double>(m.kv_width);
   const int64_t tile = mlp_tile_tokens(cfg, m.hidden);
   p.mlp_tile_tokens = tile;

@@ -21,8 +21,9 @@ at::Tensor hf_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps
 
 // Backward's recompute runs over pieces of the rows: at most about a million values each (4 MiB
 // in fp32), and at least kPieces of them, so the recomputed chain's temporaries stay small
-// beside a hidden state at any length and width.
-constexpr int64_t kValuesPerPiece = int64_t{1} << 20;
+// beside a hidden state at any length and width. On a GPU (where this runs only when the weight's
+// dtype is not the input's) pieces are 16 times larger: each piece is about ten kernel launches.
+constexpr int64_t kValuesPerPiece = int64_t{1} << 20, kValuesPerPieceOnGpu = int64_t{1} << 24;
 constexpr int64_t kPieces = 8;
 
 // Recorded by autograd, the chain keeps the normalised tensor (for the weight's gradient) beside
@@ -54,7 +55,8 @@ struct KeepingInput : torch::autograd::Function<KeepingInput> {
     at::Tensor grad_weight = want_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     const int64_t rows = x.size(0);
     const int64_t piece =
-        std::max<int64_t>(1, std::min(kValuesPerPiece / std::max<int64_t>(width, 1), (rows + kPieces - 1) / kPieces));
+        std::max<int64_t>(1, std::min((x.is_cuda() ? kValuesPerPieceOnGpu : kValuesPerPiece) / std::max<int64_t>(width, 1),
+                                      (rows + kPieces - 1) / kPieces));
     for (int64_t begin = 0; begin < rows; begin += piece) {
       const int64_t length = std::min(piece, rows - begin);
       const auto x_piece = x.narrow(0, begin, length).detach().requires_grad_(want_x);

@@ -6,9 +6,10 @@
 
 namespace superoffload::model {
 
-// HF's chain (fp32 inside, the weight's product in the input's dtype), its gradients bit for bit
-// theirs; under autograd it keeps only its input for backward, which recomputes the chain
-// (src/model/blocks/rms_norm.cpp says what the recorded chain would keep).
+// HF's chain (fp32 inside, the weight's product in the input's dtype): its output and input's
+// gradient bit for bit theirs, the weight's gradient to fp32 round-off. Under autograd it keeps
+// only its input for backward, which recomputes the chain (src/model/blocks/rms_norm.cpp says
+// what the recorded chain would keep).
 at::Tensor rms_norm_keeping_input(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 class RMSNorm : public torch::nn::Module {
