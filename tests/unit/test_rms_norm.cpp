@@ -44,12 +44,15 @@ Result run(Norm norm, const at::Tensor& x_values, const at::Tensor& w_values, co
 
 void expect_equal_to_chain(const at::Tensor& x, at::ScalarType dtype, bool want_x = true, bool want_weight = true) {
   SCOPED_TRACE(::testing::Message() << "shape " << x.sizes() << ", " << c10::toString(dtype) << ", input "
-                                    << (want_x ? "trained" : "frozen") << ", weight " << (want_weight ? "trained" : "frozen"));
+                                    << (want_x ? "trained" : "frozen") << ", weight "
+                                    << (want_weight ? "trained" : "frozen"));
   const auto xs = x.to(dtype);
   const auto weight = (1 + 0.1 * at::randn({x.size(-1)})).to(dtype);
   const auto grad = at::randn(x.sizes()).to(dtype);
-  const auto lean = run([](const at::Tensor& a, const at::Tensor& w) { return so::model::rms_norm_keeping_input(a, w, kEps); },
-                        xs, weight, grad, want_x, want_weight);
+  const auto keeping_input = [](const at::Tensor& a, const at::Tensor& w) {
+    return so::model::rms_norm_keeping_input(a, w, kEps);
+  };
+  const auto lean = run(keeping_input, xs, weight, grad, want_x, want_weight);
   const auto recorded = run(chain, xs, weight, grad, want_x, want_weight);
   EXPECT_TRUE(at::equal(lean.output, recorded.output));
   ASSERT_EQ(lean.grad_x.defined(), want_x);

@@ -46,9 +46,12 @@ struct Case {
 };
 
 std::string model_config(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate, int64_t kv_heads) {
-  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61, "hidden_size": )" + std::to_string(hidden) +
-         R"(, "intermediate_size": )" + std::to_string(intermediate) + R"(, "num_hidden_layers": )" + std::to_string(layers) +
-         R"(, "num_attention_heads": )" + std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(kv_heads) +
+  const auto field = [](const char* key, int64_t value) {
+    return std::string(", \"") + key + "\": " + std::to_string(value);
+  };
+  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 61)" + field("hidden_size", hidden) +
+         field("intermediate_size", intermediate) + field("num_hidden_layers", layers) +
+         field("num_attention_heads", heads) + field("num_key_value_heads", kv_heads) +
          R"(, "initializer_range": 0.1, "tie_word_embeddings": false})";
 }
 

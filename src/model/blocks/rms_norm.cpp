@@ -54,9 +54,8 @@ struct KeepingInput : torch::autograd::Function<KeepingInput> {
     at::Tensor grad_x = want_x ? at::empty_like(x) : at::Tensor();
     at::Tensor grad_weight = want_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     const int64_t rows = x.size(0);
-    const int64_t piece =
-        std::max<int64_t>(1, std::min((x.is_cuda() ? kValuesPerPieceOnGpu : kValuesPerPiece) / std::max<int64_t>(width, 1),
-                                      (rows + kPieces - 1) / kPieces));
+    const int64_t most = (x.is_cuda() ? kValuesPerPieceOnGpu : kValuesPerPiece) / std::max<int64_t>(width, 1);
+    const int64_t piece = std::max<int64_t>(1, std::min(most, (rows + kPieces - 1) / kPieces));
     for (int64_t begin = 0; begin < rows; begin += piece) {
       const int64_t length = std::min(piece, rows - begin);
       const auto x_piece = x.narrow(0, begin, length).detach().requires_grad_(want_x);

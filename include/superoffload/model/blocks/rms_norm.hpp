@@ -17,8 +17,9 @@ class RMSNorm : public torch::nn::Module {
   RMSNorm(int64_t size, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({size})); }
   at::Tensor operator()(const at::Tensor& x) const {
     // On a GPU: LibTorch's fused kernel (one kernel forward and one backward, fp32 inside). HF's
-    // chain (rms_norm_keeping_input) is eight kernels forward and more in backward; on the H200 the on-device
-    // 1.65B step spent about a third of its kernel time in such elementwise chains and casts.
+    // chain (rms_norm_keeping_input) is eight kernels forward and more in backward; on the H200
+    // the on-device 1.65B step spent about a third of its kernel time in such elementwise chains
+    // and casts.
     // The fused kernel multiplies by the weight before its single rounding (HF rounds twice):
     // equal in fp32, within one bf16 ulp in bf16.
     if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
