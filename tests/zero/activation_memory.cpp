@@ -19,6 +19,7 @@
 // Prints one line per configuration (--case: only the one named so); exits 1 on a failed check.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,12 @@ int main(int argc, char** argv) {
                                 {"bf16, checkpointing", true, false, 0, true},
                                 {"bf16, offload and tiles", true, true, 512, true},
                                 {"bf16, no checkpointing", false, false, 0, true}};
+  if (!only.empty() && std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == only; })) {
+    std::fprintf(stderr, "activation_memory: --case \"%s\" names no configuration; the names are:\n", only.c_str());
+    for (const auto& c : cases) std::fprintf(stderr, "  %s\n", c.name.c_str());
+    std::filesystem::remove_all(dir);
+    return 2;
+  }
   int failures = 0;
   auto communicator = so::zero::make_communicator(so::config::CommBackend::automatic, at::kCPU, world->world());
   for (const auto& c : cases) {
