@@ -18,7 +18,13 @@ foreach(plugin llama gpt2 moe)
   install(TARGETS superoffload_plugin_${plugin} LIBRARY DESTINATION ${SUPEROFFLOAD_INSTALL_PLUGIN_DIR})
 endforeach()
 
-install(TARGETS superoffload_base superoffload_model EXPORT superoffloadTargets
+# superoffload_torch: what the model library links for LibTorch (share/cmake/modules/SuperoffloadTorch.cmake).
+set(_exported superoffload_base superoffload_model)
+if(TARGET superoffload_torch)
+  list(APPEND _exported superoffload_torch)
+  set_target_properties(superoffload_torch PROPERTIES EXPORT_NAME torch)
+endif()
+install(TARGETS ${_exported} EXPORT superoffloadTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/superoffload)
 set_target_properties(superoffload_base PROPERTIES EXPORT_NAME base)

@@ -12,6 +12,7 @@
 #include "cluster/cpu_model.hpp"
 #include "cluster/gpu_devices.hpp"
 #include "io/crc32c.hpp"
+#include "model/torch_cuda_backend.hpp"
 #include "optim/cpu_adamw.hpp"
 
 namespace superoffload::train {
@@ -27,8 +28,10 @@ std::vector<std::pair<std::string, std::string>> software_versions() {
   out.emplace_back("LibTorch", torch_version() + " (C++11 ABI: " + (torch_cxx11_abi() ? "yes" : "no") + ")");
   const cluster::CudaVersions cuda = cluster::cuda_versions();
   if (cuda.compiled) {
+    const model::TorchCudaBackend& backend = model::torch_cuda_backend();
     out.emplace_back("CUDA", "compiled in: runtime " + cuda.runtime_compiled + " (loaded " + cuda.runtime_loaded +
-                                 "), driver " + cuda.driver);
+                                 "), driver " + cuda.driver + "; LibTorch's CUDA backend " +
+                                 (backend.loaded ? "loaded" : "not loaded: " + backend.why_not));
     out.emplace_back("NCCL", "compiled in: " + cuda.nccl_compiled + " (loaded " + cuda.nccl_loaded + ")");
   } else {
     out.emplace_back("CUDA", "not compiled in (CPU-only build: " SUPEROFFLOAD_CUDA_SUMMARY ")");

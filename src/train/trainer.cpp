@@ -34,6 +34,7 @@
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "model/blocks/sequence_parallel_attention.hpp"
+#include "model/torch_cuda_backend.hpp"
 #include "model_io/load_model.hpp"
 #include "optim/offload_optimizer.hpp"
 #include "optim/sharded_adamw.hpp"
@@ -70,9 +71,12 @@ at::Device choose_device(const config::RuntimeConfig& runtime, const cluster::Ra
   if (runtime.device == config::DeviceKind::cuda) {
     SO_CHECK(binding.gpu >= 0, "[runtime] device = \"cuda\" but this rank sees no GPU"
                                    << hint("check --gpus-per-task / CUDA_VISIBLE_DEVICES, or use device = \"auto\""));
-    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu));
   }
-  return binding.gpu >= 0 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu)) : at::Device(at::kCPU);
+  if (binding.gpu < 0) return at::kCPU;
+  // The CUDA runtime sees the GPU; LibTorch's CUDA backend is opened at start (model/torch_cuda_backend.hpp).
+  model::require_torch_cuda_backend("[runtime] device = \"" + std::string(runtime.device == config::DeviceKind::cuda ? "cuda" : "auto") +
+                                    "\" with GPU " + std::to_string(binding.gpu));
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu));
 }
 
 // Pre-tokenized HDF5 as it is; JSONL tokenized now, the work split over the ranks. `path`:

@@ -19,7 +19,7 @@ set(SUPEROFFLOAD_INCLUDE_ROOTS "${PROJECT_SOURCE_DIR}/include/superoffload" "${P
 if(SUPEROFFLOAD_PCH)
   add_library(superoffload_torch_pch STATIC "${PROJECT_SOURCE_DIR}/share/cmake/pch/torch_pch.cpp")
   set_target_properties(superoffload_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE ON)
-  target_link_libraries(superoffload_torch_pch PRIVATE torch)
+  target_link_libraries(superoffload_torch_pch PRIVATE ${SUPEROFFLOAD_TORCH_TARGETS})
   target_compile_features(superoffload_torch_pch PRIVATE cxx_std_20)
   target_precompile_headers(superoffload_torch_pch PRIVATE ${SUPEROFFLOAD_TORCH_PCH_HEADERS})
 endif()

@@ -12,7 +12,8 @@
 # SuperoffloadTorchCpuOnly.cmake.
 #
 # Sets: SUPEROFFLOAD_WITH_CUDA (ON/OFF), SUPEROFFLOAD_CUDA_SUMMARY (text), target
-# superoffload::nccl (when ON), SUPEROFFLOAD_TORCH_CUDA_VERSION, SUPEROFFLOAD_TORCH_NCCL_VERSION.
+# superoffload::nccl (when ON), SUPEROFFLOAD_TORCH_CUDA_VERSION, SUPEROFFLOAD_TORCH_NCCL_VERSION,
+# SUPEROFFLOAD_TORCH_TARGETS (what our targets link for LibTorch: see the end).
 
 set(SUPEROFFLOAD_LIBTORCH_CPU_DIR "" CACHE PATH
   "The torch package of a wheel, linked by its CPU libraries only (libtorch_cpu, libc10): the aarch64 cross build")
@@ -135,3 +136,18 @@ if(NOT SUPEROFFLOAD_CUDA STREQUAL "OFF")
     endif()
   endif()
 endif()
+
+# What our targets link for LibTorch: its CPU libraries, and c10_cuda (streams, devices) on the
+# CUDA path, not LibTorch's `torch` target. That one links libtorch_cuda.so with --no-as-needed
+# into every program although nothing calls it by name (its static initialisers register the
+# CUDA kernels), which costs each process ~0.45 s at start where no GPU can use it.
+# src/model/torch_cuda_backend.cpp opens it at start where an NVIDIA driver is.
+# Installed with the model library (superoffload::torch), for plugins built out of tree.
+add_library(superoffload_torch INTERFACE)
+target_link_libraries(superoffload_torch INTERFACE torch_cpu_library)
+if(SUPEROFFLOAD_WITH_CUDA)
+  target_link_libraries(superoffload_torch INTERFACE c10_cuda)
+endif()
+# `torch`'s include directories (with torch/csrc/api/include), looked up where it is used.
+target_include_directories(superoffload_torch INTERFACE "$<TARGET_PROPERTY:torch,INTERFACE_INCLUDE_DIRECTORIES>")
+set(SUPEROFFLOAD_TORCH_TARGETS superoffload_torch)

@@ -29,6 +29,7 @@ set_target_properties(torch PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${_so_dir}/include;${_so_dir}/include/torch/csrc/api/include"
   INTERFACE_LINK_LIBRARIES "${_so_dir}/lib/libtorch_cpu.so;${_so_dir}/lib/libc10.so")
 set(TORCH_LIBRARY "${_so_dir}/lib/libtorch_cpu.so")
+set(SUPEROFFLOAD_TORCH_TARGETS torch)
 set(SUPEROFFLOAD_TORCH_LIB_DIR "${_so_dir}/lib")
 set(SUPEROFFLOAD_WITH_CUDA OFF)
 set(SUPEROFFLOAD_CUDA_SUMMARY "not compiled: LibTorch ${Torch_VERSION} linked by its CPU libraries only (${_so_dir})")
