@@ -115,7 +115,8 @@ if ((dry)); then
   echo "steps (each with a time limit, cut to what is left of the deadline):"
   cat <<EOF
   setup        unpack the bundle; .venv/<the build's site-packages path> -> the
-               machine's PyTorch (same version as the build's, checked); Open MPI from the bundle (OPAL_PREFIX)
+               machine's PyTorch (same version as the build's, checked); Open MPI from the bundle (OPAL_PREFIX);
+               superoffload version must say LibTorch's CUDA backend loaded (else the session stops)
   env          nvidia-smi; nvcc --version; python3 -c 'torch, torch.version.cuda, torch.cuda.nccl.version()'; lscpu
   trace        superoffload train (4 steps) --set profile.trace_steps=3-4: 1.65B (hidden 2560 x 24, seq 2048 x 4,
                bf16) with offload.device=none, with SuperOffload at clip 1.0 and 0; the 8B (seq 4096 x 4, ratio
@@ -181,6 +182,11 @@ if ! "$bin" version > "$out/setup.txt" 2>&1; then
   note "setup: FAILED: build/bin/superoffload does not start here (PyTorch $have_torch, built against $want_torch):"
   tail -5 "$out/setup.txt" | tee -a "$summary"
   ldd "$bin" | grep -i "not found" | tee -a "$summary"; exit 1
+fi
+# The program opens LibTorch's CUDA backend at start where the driver loads
+# (src/model/torch_cuda_backend.hpp): without it every part would fail, each in its own way.
+if ! grep -q "LibTorch's CUDA backend loaded" "$out/setup.txt"; then
+  note "setup: FAILED: LibTorch's CUDA backend did not load: $(grep -m1 '^CUDA' "$out/setup.txt")"; exit 1
 fi
 note "setup: ok in $((SECONDS - start)) s; PyTorch here $have_torch, build's $want_torch"
 
