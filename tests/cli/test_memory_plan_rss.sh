@@ -31,28 +31,38 @@ JSON
   models+=("125m:$tmp/m125")
 fi
 off=()
-# check DIR LABEL: the run's plan within -5% / +10% of each rank's peak RSS.
+# Over the peak, the plan may also be off by up to 48 MiB where that is more than 10%: its
+# allocator-slack term (train/memory_plan.hpp, 40 MiB) was measured at 35-45 MiB on Sapphire Rapids
+# and is about 20 MiB on an AMD EPYC, and a tiny run's whole process is 0.25-0.5 GiB since LibTorch's
+# CUDA backend is no longer loaded on CPU-only machines (313 MiB less RSS a process). Loaded, the
+# same runs' plans were 19-42 MiB over their peaks as they are now, within +10% of the larger peak.
+export SO_PLAN_OVER_BYTES=$((48 << 20))
+# check DIR LABEL: the run's plan within -5% / +10% (or 48 MiB) of each rank's peak RSS.
 check() {
   "$SO_PYTHON" - "$1/metrics.h5" "$2" <<'PY' || off+=("$2")
-import sys, h5py, numpy as np
+import os, sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 planned = float(f.attrs["planned_host_bytes"])
 rss = f["ranks/host_peak_rss_bytes"][-1]
 ratio = planned / rss
 print(f"{sys.argv[2]}: plan {planned / 2**30:.2f} GiB per rank, peak RSS "
-      f"{rss.min() / 2**30:.2f}-{rss.max() / 2**30:.2f} GiB: plan/RSS {ratio.min():.3f}-{ratio.max():.3f}")
-assert (ratio >= 0.95).all() and (ratio <= 1.10).all(), ratio
+      f"{rss.min() / 2**30:.2f}-{rss.max() / 2**30:.2f} GiB: plan/RSS {ratio.min():.3f}-{ratio.max():.3f}, "
+      f"over by {(planned - rss.min()) / 2**20:.0f} MiB at most")
+over_ok = (ratio <= 1.10) | (planned - rss <= float(os.environ["SO_PLAN_OVER_BYTES"]))
+assert (ratio >= 0.95).all() and over_ok.all(), ratio
 PY
 }
-# check_log LOG LABEL: the plan/peak of the command's "host memory:" line within 0.95-1.10.
+# check_log LOG LABEL: the plan/peak of the command's "host memory:" line within 0.95-1.10 (or 48 MiB over).
 check_log() {
   "$SO_PYTHON" - "$1" "$2" <<'PY' || off+=("$2")
-import re, sys
+import os, re, sys
 lines = [l for l in open(sys.argv[1]) if "host memory: peak RSS" in l]
 assert lines, "no 'host memory:' line in " + sys.argv[1]
 ratio = float(re.search(r"plan/peak ([0-9.]+)", lines[-1]).group(1))
+plan = float(re.search(r"plan ([0-9.]+) GiB", lines[-1]).group(1)) * 2**30
+over = plan * (1 - 1 / ratio)  # the plan is printed to 0.01 GiB, the ratio to 0.001
 print(f"{sys.argv[2]}: {lines[-1].split('host memory: ')[1].split(':')[0]}")
-assert 0.95 <= ratio <= 1.10, ratio
+assert 0.95 <= ratio and (ratio <= 1.10 or over <= float(os.environ["SO_PLAN_OVER_BYTES"])), ratio
 PY
 }
 for entry in "${models[@]}"; do
@@ -78,7 +88,7 @@ done
 # save on exit): a run whose optimizer state is on NVMe exports it a layer at a time as it saves
 # (until 2026-11-28 all layers at once: 12 bytes a parameter beyond the plan, a 1.5B run
 # OOM-killed at its first save); `async_save` copies the whole state first, which the plan counts.
-# whole_run LABEL DIR SETTING...: tiny on 1 rank, 2 steps, its plan within -5% / +10% of the peak.
+# whole_run LABEL DIR SETTING...: tiny on 1 rank, 2 steps, its plan within -5% / +10% (or 48 MiB) of the peak.
 whole_run() {
   local label=$1 dir=$2
   shift 2
@@ -87,11 +97,11 @@ whole_run() {
     > "$dir.log" 2>&1 || fail "$label: $(tail -10 "$dir.log")"
   [[ -f $dir/checkpoints/step_00000002/DONE ]] || fail "$label saved no checkpoint of step 2: $dir.log"
   "$SO_PYTHON" - "$dir/metrics.h5" "$(cat "$dir.kib")" "$label" <<'PY' || off+=("$label")
-import sys, h5py
+import os, sys, h5py
 planned = float(h5py.File(sys.argv[1], "r").attrs["planned_host_bytes"])
 peak = float(sys.argv[2]) * 1024
 print(f"{sys.argv[3]}: plan {planned / 2**30:.3f} GiB, whole-process peak {peak / 2**30:.3f} GiB: plan/peak {planned / peak:.3f}")
-assert 0.95 <= planned / peak <= 1.10, planned / peak
+assert 0.95 <= planned / peak and (planned / peak <= 1.10 or planned - peak <= float(os.environ["SO_PLAN_OVER_BYTES"])), planned / peak
 PY
 }
 mkdir -p "$tmp/swap"
