@@ -6,7 +6,6 @@
 #include <ATen/Context.h>
 
 #include <cstdlib>
-#include <cstring>
 
 #include "base/build_config.hpp"
 #include "base/error.hpp"
@@ -25,7 +24,8 @@ std::string torch_cuda_path() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname != nullptr) {
     std::string cpu = info.dli_fname;
-    if (const auto slash = cpu.rfind('/'); slash != std::string::npos) return cpu.substr(0, slash + 1) + "libtorch_cuda.so";
+    const auto slash = cpu.rfind('/');
+    if (slash != std::string::npos) return cpu.substr(0, slash + 1) + "libtorch_cuda.so";
   }
   return "libtorch_cuda.so";  // the search path's
 }
@@ -75,8 +75,8 @@ const TorchCudaBackend& torch_cuda_backend() {
 void require_torch_cuda_backend(const std::string& what) {
   const TorchCudaBackend& backend = torch_cuda_backend();
   SO_CHECK(backend.loaded, what << " needs LibTorch's CUDA backend, which is not loaded: " << backend.why_not
-                                << hint("run on a node with an NVIDIA GPU and driver (unset SUPEROFFLOAD_TORCH_CUDA, or "
-                                        "set it to 1), or use [runtime] device = \"cpu\""));
+                                << hint("run on a node with an NVIDIA GPU and driver (unset SUPEROFFLOAD_TORCH_CUDA, "
+                                        "or set it to 1), or use [runtime] device = \"cpu\""));
 }
 
 }  // namespace superoffload::model

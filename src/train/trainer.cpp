@@ -73,9 +73,10 @@ at::Device choose_device(const config::RuntimeConfig& runtime, const cluster::Ra
                                    << hint("check --gpus-per-task / CUDA_VISIBLE_DEVICES, or use device = \"auto\""));
   }
   if (binding.gpu < 0) return at::kCPU;
-  // The CUDA runtime sees the GPU; LibTorch's CUDA backend is opened at start (model/torch_cuda_backend.hpp).
-  model::require_torch_cuda_backend("[runtime] device = \"" + std::string(runtime.device == config::DeviceKind::cuda ? "cuda" : "auto") +
-                                    "\" with GPU " + std::to_string(binding.gpu));
+  // The CUDA runtime sees the GPU; LibTorch's CUDA backend was opened at start where the driver
+  // loads (model/torch_cuda_backend.hpp).
+  const std::string device = runtime.device == config::DeviceKind::cuda ? "cuda" : "auto";
+  model::require_torch_cuda_backend("[runtime] device = \"" + device + "\" with GPU " + std::to_string(binding.gpu));
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(binding.gpu));
 }
 
