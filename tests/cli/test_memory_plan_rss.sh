@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The host memory plan against the measured peak RSS (#32, #52): every rank's peak resident set
-# (/ranks/host_peak_rss_bytes in metrics.h5, from getrusage) lies within -5% / +10% of the
-# plan's host bytes per rank (file attribute planned_host_bytes) — the tiny model at 1, 2 and 8
-# ranks, a small mixture of experts at 2 ranks without and with expert parallelism, and with
-# SO_PLAN_125M=1 (label slow) a ~125M-parameter Llama at 1, 2 and 8 ranks. The same for the
-# other commands, from the "host memory:" line each logs at its end: `export` (bf16) of each
-# model's 1-rank checkpoint, `eval` of the exported model, and `prepare` of a 2M-token JSONL at
-# 1 and 2 ranks; and whole 1-rank runs with checkpoint saves (optimizer state on NVMe; async). (bench/host_plan_matrix.sh runs the whole matrix: bf16, bf16
-# moments, NVMe.)
+# (/ranks/host_peak_rss_bytes in metrics.h5, from getrusage) lies within -5% / +10% (or up to
+# 48 MiB over: see SO_PLAN_OVER_BYTES) of the plan's host bytes per rank (file attribute
+# planned_host_bytes) — the tiny model at 1, 2 and 8 ranks, a small mixture of experts at 2
+# ranks without and with expert parallelism, and with SO_PLAN_125M=1 (label slow) a
+# ~125M-parameter Llama at 1, 2 and 8 ranks. The same for the other commands, from the "host
+# memory:" line each logs at its end: `export` (bf16) of each model's 1-rank checkpoint, `eval`
+# of the exported model, and `prepare` of a 2M-token JSONL at 1 and 2 ranks; and whole 1-rank
+# runs with checkpoint saves (optimizer state on NVMe; async). (bench/host_plan_matrix.sh runs
+# the whole matrix: bf16, bf16 moments, NVMe.)
 source "$(dirname "$0")/lib.sh"
 cd "$SO_SOURCE_DIR"
 
@@ -136,5 +137,5 @@ for ep in 1 2; do
     > "$dir.log" 2>&1 || fail "MoE at expert_parallel_size $ep: $(tail -10 "$dir.log")"
   check "$dir" " MoE on 2 rank(s), expert_parallel_size $ep"
 done
-((${#off[@]} == 0)) || fail "the plan is not within -5% / +10% of the peak RSS: ${off[*]}"
+((${#off[@]} == 0)) || fail "the plan is not within -5% / +10% (or 48 MiB over) of the peak RSS: ${off[*]}"
 echo "memory plan: within -5% / +10% of every rank's peak RSS"
